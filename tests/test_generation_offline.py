@@ -1,0 +1,223 @@
+"""Frozen-trajectory generation with a fake engine at the edge: protocol shape, batching,
+resumability after a simulated crash (nothing lost, nothing duplicated), atomic outputs, labeling
+into the data contract."""
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from vrr import prompts
+from vrr.data import load_setting
+from vrr.generation import GenConfig, generate, read_part, preset_config, append_records
+from vrr.tasks import gsm8k
+
+
+class FakeEngine:
+    """Implements chat(conversations, temperature, max_tokens, n) deterministically.
+
+    Generator: correct answer for even indices' first attempt. Judge: ACCEPT iff the plan's
+    answer is correct for half of the votes (so J > 0). Repair: always flips correctness.
+    Optionally raises after ``fail_after`` calls to simulate a kill mid-run.
+    """
+
+    def __init__(self, fail_after=None):
+        self.calls = []
+        self.fail_after = fail_after
+        self.last_info = {}
+
+    def _gold_for(self, text):
+        for p in gsm8k.load_gsm8k("test")[:60] + gsm8k.load_gsm8k("train")[:40]:
+            if p.question in text:
+                return p
+        return None
+
+    def chat(self, conversations, temperature, max_tokens, n=1):
+        assert max_tokens and max_tokens > 0
+        if self.fail_after is not None and len(self.calls) >= self.fail_after:
+            raise KeyboardInterrupt("simulated kill")
+        self.calls.append({"n": n, "B": len(conversations), "temperature": temperature, "max_tokens": max_tokens})
+        outs = []
+        for conv in conversations:
+            user = conv[-1]["content"]
+            p = self._gold_for(user)
+            gold = int(float(p.gold)) if p else 0
+            if conv[0]["content"] == prompts.JUDGE_SYSTEM:
+                plan = user.split("Proposed solution:\n", 1)[1]
+                ok = gsm8k.is_correct(gsm8k.extract_answer(plan), str(gold))
+                outs.append(["ACCEPT" if (ok and m % 2 == 0) or (not ok and m % 4 == 0) else "REJECT"
+                             for m in range(n)])
+            elif conv[0]["content"] == prompts.REPAIR_SYSTEM:
+                prev = user.split("Previous solution:\n", 1)[1].split("\n\nReviewer feedback")[0]
+                ok = gsm8k.is_correct(gsm8k.extract_answer(prev), str(gold))
+                outs.append([f"Revised. The answer is {gold + 1 if ok else gold}."] * n)
+            else:
+                good = p is not None and p.index % 2 == 0
+                outs.append([f"Step. The answer is {gold if good else gold + 7}."] * n)
+        self.last_info = {"finish_reasons": [["stop"] * n for _ in conversations], "prompt_tokens": 10,
+                          "generated_tokens": 5}
+        return outs
+
+
+def small_cfg(**kw):
+    base = dict(setting="t_fav", n=10, start=0, K_max=2, M=4, batch_size=4, probe_split="train",
+                probe_start=0, probe_n=6, probe_votes=6)
+    base.update(kw)
+    return GenConfig(**base)
+
+
+def test_protocol_shapes_and_batching(tmp_path):
+    cfg = small_cfg()
+    eng = FakeEngine()
+    paths = generate(cfg, engine=eng, out_root=tmp_path, progress=False)
+    # probe: 2 batches (4+2) x (gen + judge); traj: 3 batches x (1 gen + 3 judge + 2 repair)
+    judge_calls = [c for c in eng.calls if c["n"] == cfg.M]
+    assert len(judge_calls) == 3 * (cfg.K_max + 1)
+    assert all(c["B"] in (4, 2) for c in eng.calls)
+    assert sum(c["n"] == 6 for c in eng.calls) == 2  # probe votes share one call per batch
+    st = load_setting(paths.arrays)
+    assert st.S.shape == (10, 3) and st.y.shape == (10, 3) and st.M == 4
+    assert st.probe_S.shape == (6,) and st.probe_M == 6
+    # fake semantics: even indices start correct, repair flips validity every round
+    y0 = np.array([1 if i % 2 == 0 else 0 for i in range(10)])
+    assert (st.y[:, 0] == y0).all() and (st.y[:, 1] == 1 - y0).all() and (st.y[:, 2] == y0).all()
+    assert (st.S[st.y == 1] == 2).all() and (st.S[st.y == 0] == 1).all()
+    assert st.meta["setting"] == "t_fav" and st.meta["indices"] == list(range(10))
+    assert st.meta["probe"]["J"] == pytest.approx(3 / 6 - 2 / 6)  # m%2==0 vs m%4==0 of 6 votes
+    # text trajectories: compressed, one record per instance, no problem text
+    recs = [json.loads(l) for l in gzip.open(paths.traj, "rt")]
+    assert [r["index"] for r in recs] == list(range(10))
+    q0 = gsm8k.load_gsm8k("test")[0].question
+    raw = gzip.open(paths.traj, "rt").read() + gzip.open(paths.probe, "rt").read()
+    assert q0[:40] not in raw
+    assert len(recs[0]["rounds"]) == 3 and len(recs[0]["rounds"][1]["judge"]) == 4
+    assert not paths.arrays_partial.exists()
+
+
+@pytest.mark.parametrize("fail_after", [1, 3, 9, 17])
+def test_resume_after_kill_no_loss_no_duplicates(tmp_path, fail_after):
+    cfg = small_cfg()
+    with pytest.raises(KeyboardInterrupt):
+        generate(cfg, engine=FakeEngine(fail_after=fail_after), out_root=tmp_path, progress=False)
+    part = tmp_path / "t_fav" / "trajectories.part.jsonl"
+    done_before = [r["index"] for r in read_part(part)]
+    assert len(done_before) == len(set(done_before))
+    assert not (tmp_path / "t_fav" / "arrays.npz").exists()
+    # simulate a torn line from a kill during a write
+    with open(part, "ab") as f:
+        f.write(b'{"index": 999, "rounds": [')
+    eng2 = FakeEngine()
+    paths = generate(cfg, engine=eng2, out_root=tmp_path, progress=False)
+    recs = read_part(paths.traj_part)
+    idx = [r["index"] for r in recs]
+    assert sorted(idx) == list(range(10)) and len(idx) == 10  # nothing lost, nothing duplicated
+    assert idx[:len(done_before)] == done_before  # earlier work kept, not redone
+    pidx = [r["index"] for r in read_part(paths.probe_part)]
+    assert sorted(pidx) == list(range(6))
+    assert load_setting(paths.arrays).S.shape == (10, 3)
+    # a third run does nothing new
+    eng3 = FakeEngine()
+    generate(cfg, engine=eng3, out_root=tmp_path, progress=False)
+    assert eng3.calls == []
+
+
+def test_partial_arrays_and_limit(tmp_path):
+    cfg = small_cfg()
+    paths = generate(cfg, engine=FakeEngine(), out_root=tmp_path, limit=8, progress=False)
+    # limit 8: 6 probe plans + 2 instances (batch of 2)
+    assert not paths.arrays.exists() and paths.arrays_partial.exists()
+    st = load_setting(paths.arrays_partial)
+    assert st.S.shape[0] == 2 and st.meta["partial"]["instances_done"] == 2
+    generate(cfg, engine=FakeEngine(), out_root=tmp_path, progress=False)
+    assert paths.arrays.exists() and not paths.arrays_partial.exists()
+
+
+def test_config_change_refused_on_resume(tmp_path):
+    generate(small_cfg(), engine=FakeEngine(), out_root=tmp_path, limit=2, progress=False)
+    with pytest.raises(SystemExit):
+        generate(small_cfg(M=8), engine=FakeEngine(), out_root=tmp_path, progress=False)
+    # batch size is not part of the protocol
+    generate(small_cfg(batch_size=3), engine=FakeEngine(), out_root=tmp_path, progress=False)
+
+
+def test_pm_stress_perturbs_repairer_only(tmp_path):
+    cfg = small_cfg(setting="t_pm", perturb="numeric", repair_temperature=1.0, probe_n=0, probe_split=None)
+    seen = []
+
+    class Spy(FakeEngine):
+        def chat(self, conversations, temperature, max_tokens, n=1):
+            seen.append((conversations[0][0]["content"], [c[-1]["content"] for c in conversations], temperature))
+            return super().chat(conversations, temperature, max_tokens, n)
+
+    generate(cfg, engine=Spy(), out_root=tmp_path, progress=False)
+    probs = gsm8k.load_gsm8k("test")
+    recs = read_part(tmp_path / "t_pm" / "trajectories.part.jsonl")
+    spec0 = recs[0]["perturbation"]
+    assert spec0["kind"] == "numeric"
+    origs = {p.question for p in probs[:10]}
+    perturbed = {gsm8k.apply_perturbation(probs[r["index"]].question, r["perturbation"]) for r in recs}
+    n_rep = n_judge = 0
+    for system, users, temp in seen:
+        for u in users:
+            has_orig = any(q in u for q in origs)
+            has_pert = any(q in u for q in perturbed)
+            if system == prompts.REPAIR_SYSTEM:
+                n_rep += 1
+                assert temp == 1.0 and has_pert and not has_orig
+            elif system == prompts.JUDGE_SYSTEM:
+                n_judge += 1
+                assert has_orig and not has_pert
+    assert n_rep == 10 * cfg.K_max and n_judge == 10 * (cfg.K_max + 1)
+    assert recs[0]["rounds"][1]["perturbed"] and not recs[0]["rounds"][0]["perturbed"]
+
+
+def test_nonstationary_schedule_and_resample():
+    cfg = preset_config("gsm8k_cpu_nonstationary")
+    assert cfg.gen_max_tokens == 256 and cfg.K_max == 6
+    assert [cfg.perturbed_round(k) for k in range(7)] == [False, False, False, True, True, True, True]
+    ctl = preset_config("gsm8k_cpu_nonstationary_resample")
+    assert ctl.repair_mode == "resample"
+    fav = preset_config("gsm8k_cpu_favorable")
+    assert fav.K_max == 5 and fav.M == 8 and fav.probe_votes == 16 and fav.repair_temperature == 0.7
+    pm = preset_config("gsm8k_cpu_pmstress")
+    assert pm.repair_temperature == 1.0 and pm.perturbed_round(1) and pm.perturbed_round(5)
+
+
+def test_resample_mode_uses_generator(tmp_path):
+    cfg = small_cfg(setting="t_rs", repair_mode="resample", probe_n=0, probe_split=None, n=4)
+    eng = FakeEngine()
+    generate(cfg, engine=eng, out_root=tmp_path, progress=False)
+    recs = read_part(tmp_path / "t_rs" / "trajectories.part.jsonl")
+    assert all(rd["source"] == "resample" for rd in recs[0]["rounds"][1:])
+
+
+def test_probe_window_must_be_disjoint():
+    with pytest.raises(ValueError):
+        GenConfig(setting="x", split="test", start=0, n=10, probe_split="test", probe_start=5, probe_n=10).validate()
+
+
+def test_verdict_parsing():
+    assert prompts.parse_verdict("ACCEPT", "verdict") == 1
+    assert prompts.parse_verdict(" reject.", "verdict") == 0
+    assert prompts.parse_verdict("INCORRECT", "verdict") == 0
+    assert prompts.parse_verdict("hmm", "verdict") is None
+    assert prompts.parse_verdict("x is 5, matches.\nVERDICT: ACCEPT", "check") == 1
+    assert prompts.parse_verdict("VERDICT: ACCEPT? no wait\nVERDICT: REJECT", "reason") == 0
+    assert prompts.parse_verdict("The solution is wrong. REJECT", "check") == 0
+    assert prompts.vote(None) == 0
+
+
+def test_measure_judge_styles_same_plans(tmp_path):
+    from vrr.generation import measure_judge_styles
+
+    cfg = small_cfg()
+    out = tmp_path / "j.json"
+    res = measure_judge_styles(FakeEngine(), cfg, ["verdict", "check"], split="train", start=0, n=10,
+                               plans_per_problem=1, votes=4, out_path=out)
+    assert res["plans"] == 10 and res["valid_plans"] == 5
+    v = res["styles"]["verdict"]
+    assert v["accept_valid"] == pytest.approx(0.5) and v["accept_invalid"] == pytest.approx(0.25)
+    assert v["J"] == pytest.approx(0.25)
+    # the fake judge answers the bare word, which the "check" parser reads from the tail
+    assert res["styles"]["check"]["J"] == pytest.approx(0.25)
+    assert json.loads(out.read_text())["styles"].keys() == {"verdict", "check"}

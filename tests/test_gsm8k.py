@@ -1,0 +1,77 @@
+"""GSM8K loader, answer extraction, exact-match labeling and PM perturbations (pure Python)."""
+import pytest
+
+from vrr.tasks import gsm8k
+
+
+def test_loader_local_rows_and_gold():
+    test = gsm8k.load_gsm8k("test", allow_hub=False)
+    train = gsm8k.load_gsm8k("train", allow_hub=False)
+    assert len(test) == 1319 and len(train) == 7473
+    assert test[0].gold == "18" and test[0].index == 0 and test[0].split == "test"
+    assert test[5].ref == {"dataset": "gsm8k", "split": "test", "index": 5}
+    for p in test[:200]:
+        assert gsm8k.parse_number(p.gold) is not None
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("She sells 9 eggs.\nThe answer is 18.", "18"),
+    ("so the total is \\boxed{1,234} dollars", "1234"),
+    ("work...\n#### 1,000", "1000"),
+    ("The final answer is: $42.00.", "42"),
+    ("Answer: 7 apples", "7"),
+    ("The answer is -3.", "-3"),
+    ("The answer is 2.5 hours.", "2.5"),
+    ("The answer is \\$5\\!", "5"),
+    ("First 3 then 4, so we get 12", "12"),
+    ("The answer is 75%.", "75"),
+    ("\\boxed{\\frac{3}{4}}", "0.75"),
+    ("The answer is 12.\nThe answer is 13.", "13"),
+    ("no number here", None),
+    ("", None),
+])
+def test_extract_answer(text, expected):
+    assert gsm8k.extract_answer(text) == expected
+
+
+def test_exact_match_numeric():
+    assert gsm8k.is_correct("18", "18")
+    assert gsm8k.is_correct("18.0", "18")
+    assert gsm8k.is_correct("1,000", "1000")
+    assert not gsm8k.is_correct("17", "18")
+    assert not gsm8k.is_correct(None, "18")
+    assert gsm8k.label("... The answer is $18.", "18") == 1
+    assert gsm8k.label("... The answer is 19.", "18") == 0
+    assert gsm8k.label("I don't know", "18") == 0
+
+
+def test_perturbation_deterministic_and_applicable():
+    probs = gsm8k.load_gsm8k("test", allow_hub=False)[:100]
+    kinds = set()
+    for p in probs:
+        s1 = gsm8k.make_perturbation(p.question, seed=0, index=p.index)
+        s2 = gsm8k.make_perturbation(p.question, seed=0, index=p.index)
+        assert s1 == s2  # deterministic per (seed, index)
+        kinds.add(s1["kind"])
+        q2 = gsm8k.apply_perturbation(p.question, s1)
+        if s1["kind"] != "none":
+            assert q2 != p.question
+            assert s1["orig"] != s1["new"]
+            assert q2.replace(s1["new"], s1["orig"], 1) == p.question or s1["kind"] == "numeric"
+        # the spec never carries the problem text
+        assert len(s1["orig"]) < 30 and len(s1["new"]) < 30
+    assert {"numeric", "condition"} <= kinds
+    # different seeds give (mostly) different perturbations
+    diff = sum(gsm8k.make_perturbation(p.question, 0, p.index) != gsm8k.make_perturbation(p.question, 1, p.index)
+               for p in probs)
+    assert diff > 50
+
+
+def test_perturbation_kinds_forced():
+    q = "Tom has 3 more than twice as many apples as Ann, who has 10 apples."
+    n = gsm8k.make_perturbation(q, 0, 1, kind="numeric")
+    assert n["kind"] == "numeric" and n["orig"] in ("3", "10")
+    c = gsm8k.make_perturbation(q, 0, 1, kind="condition")
+    assert c["kind"] == "condition" and c["orig"] in ("more than", "twice")
+    with pytest.raises(ValueError):
+        gsm8k.apply_perturbation("other text entirely with more words", c)

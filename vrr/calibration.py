@@ -1,0 +1,388 @@
+"""Calibration estimators and cross-fitting (Sec. 4.2; App. A "Calibration Estimators";
+App. B "Calibration protocol and cross-fitting"; App. E/I for the beta-binomial variant).
+
+Vote-noise estimators (rho0, rho1) from acceptance counts S of M votes:
+  * ``binomial_mixture_em``   label-free two-component binomial-mixture EM, random restarts,
+                              highest log-likelihood kept, "higher-acceptance component = valid";
+  * ``method_of_moments``     closed-form two-point mixture from the first three factorial moments;
+  * ``labeled_mle``           per-class acceptance frequencies on labeled plans;
+  * ``beta_binomial_em``      mixture of two beta-binomials with capped over-dispersion.
+Repair transitions (alpha, beta) are frequencies on labeled first-round before/after pairs
+(at most 300), and the prior pi is the validity rate of initial plans. ``crossfit`` fits all of
+them on four folds and applies them to the fifth, so no decision touches its own label.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from scipy import optimize, special, stats
+
+from .model import NoiseParams
+
+VOTE_METHODS = ("binomial_em", "mom", "labeled_mle", "beta_binomial_em")
+MAX_TRANSITION_PAIRS = 300
+
+
+@dataclass(frozen=True)
+class VoteNoiseFit:
+    """Estimated judge noise plus the effective vote counts behind it (for error radii)."""
+
+    rho0: float
+    rho1: float
+    weight_valid: float
+    loglik: float = float("nan")
+    votes_valid: float = 0.0      # effective number of votes cast on valid plans
+    votes_invalid: float = 0.0    # effective number of votes cast on invalid plans
+    method: str = ""
+    converged: bool = True
+    n_iter: int = 0
+
+    @property
+    def youden_j(self) -> float:
+        return 1.0 - self.rho0 - self.rho1
+
+
+@dataclass(frozen=True)
+class TransitionFit:
+    """alpha-hat, beta-hat from labeled pre/post-repair pairs (App. A), with their counts."""
+
+    alpha: float
+    beta: float
+    n_fixed: int
+    n_invalid_before: int
+    n_broken: int
+    n_valid_before: int
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Everything VRR-Stop needs from one calibration sample."""
+
+    params: NoiseParams
+    votes: VoteNoiseFit
+    transitions: TransitionFit
+    n_pi_valid: int
+    n_pi: int
+    M: int
+
+
+def _histogram(S, M: int, weights=None) -> np.ndarray:
+    S = np.asarray(S, dtype=np.int64).ravel()
+    return np.bincount(S, weights=weights, minlength=M + 1).astype(float)
+
+
+def _binom_logpmf_table(M: int, p: float) -> np.ndarray:
+    return stats.binom.logpmf(np.arange(M + 1), M, p)
+
+
+def mixture_loglik(S, M: int, weight_valid: float, rho0: float, rho1: float) -> float:
+    """Log-likelihood of S under pi Bin(M, 1-rho1) + (1-pi) Bin(M, rho0) (App. A)."""
+    hist = _histogram(S, M)
+    with np.errstate(divide="ignore"):
+        lv = np.log(weight_valid) + _binom_logpmf_table(M, 1.0 - rho1)
+        li = np.log1p(-weight_valid) + _binom_logpmf_table(M, rho0)
+    ll = np.logaddexp(lv, li)
+    mask = hist > 0
+    return float(np.sum(hist[mask] * ll[mask]))
+
+
+def _em_single(hist: np.ndarray, M: int, w: float, p1: float, p0: float, tol: float, max_iter: int):
+    s = np.arange(M + 1, dtype=float)
+    mask = hist > 0
+    total = hist.sum()
+    prev = -np.inf
+    eps = 1e-12
+    for it in range(1, max_iter + 1):
+        with np.errstate(divide="ignore"):
+            lv = np.log(w) + stats.binom.logpmf(s, M, p1)
+            li = np.log1p(-w) + stats.binom.logpmf(s, M, p0)
+        norm = np.logaddexp(lv, li)
+        resp = np.exp(lv - norm)                      # E-step: P(valid | S = s)
+        ll = float(np.sum(hist[mask] * norm[mask]))
+        nv = float(np.sum(hist * resp))
+        ni = total - nv
+        w = min(max(nv / total, eps), 1 - eps)        # M-step: weighted frequencies
+        p1 = float(np.sum(hist * resp * s) / (M * nv)) if nv > eps else p1
+        p0 = float(np.sum(hist * (1 - resp) * s) / (M * ni)) if ni > eps else p0
+        p1, p0 = min(max(p1, eps), 1 - eps), min(max(p0, eps), 1 - eps)
+        if ll - prev < tol:
+            return w, p1, p0, ll, it, True
+        prev = ll
+    return w, p1, p0, ll, max_iter, False
+
+
+def binomial_mixture_em(S, M: int, n_restarts: int = 10, seed: int = 0,
+                        tol: float = 1e-10, max_iter: int = 2000) -> VoteNoiseFit:
+    """Two-component binomial-mixture EM (Sec. 4.2; App. A "Calibration Estimators").
+
+    S ~ pi Bin(M, 1 - rho1) + (1 - pi) Bin(M, rho0). Runs ``n_restarts`` random starts, keeps
+    the highest log-likelihood, and labels the higher-acceptance component as valid. The
+    mixture is identifiable iff J != 0; as J -> 0 the likelihood surface flattens (App. E).
+    """
+    hist = _histogram(S, M)
+    if hist.sum() == 0:
+        raise ValueError("binomial_mixture_em: empty sample")
+    rng = np.random.default_rng(seed)
+    best = None
+    for _ in range(n_restarts):
+        w0 = rng.uniform(0.1, 0.9)
+        p1, p0 = rng.uniform(0.05, 0.95, size=2)
+        fit = _em_single(hist, M, w0, p1, p0, tol, max_iter)
+        if best is None or fit[3] > best[3]:
+            best = fit
+    w, p1, p0, ll, n_iter, converged = best
+    if p0 > p1:                                       # label convention: valid accepts more
+        w, p1, p0 = 1 - w, p0, p1
+    resp = _responsibilities(hist, M, w, p1, p0)
+    return VoteNoiseFit(rho0=p0, rho1=1 - p1, weight_valid=w, loglik=ll,
+                        votes_valid=M * float(np.sum(hist * resp)),
+                        votes_invalid=M * float(np.sum(hist * (1 - resp))),
+                        method="binomial_em", converged=converged, n_iter=n_iter)
+
+
+def _responsibilities(hist, M, w, p1, p0):
+    s = np.arange(M + 1)
+    with np.errstate(divide="ignore"):
+        lv = np.log(w) + stats.binom.logpmf(s, M, p1)
+        li = np.log1p(-w) + stats.binom.logpmf(s, M, p0)
+    return np.exp(lv - np.logaddexp(lv, li))
+
+
+def method_of_moments(S, M: int) -> VoteNoiseFit:
+    """Method of moments for the two-component binomial mixture (App. I, "MoM").
+
+    The factorial moments m_r = E[S(S-1)...(S-r+1)] / (M(M-1)...(M-r+1)) equal the raw
+    moments of the two-point mixing distribution {p0, p1}; p0, p1 are the roots of
+    x^2 - c1 x + c0 with [m1 -1; m2 -m1][c1 c0]^T = [m2 m3]^T, and pi = (m1 - p0)/(p1 - p0).
+    Needs M >= 3. Degenerate samples (no separation) fall back to p0 = p1 = m1.
+    """
+    if M < 3:
+        raise ValueError("method_of_moments needs M >= 3 (three factorial moments)")
+    S = np.asarray(S, dtype=float).ravel()
+    m1 = np.mean(S) / M
+    m2 = np.mean(S * (S - 1)) / (M * (M - 1))
+    m3 = np.mean(S * (S - 1) * (S - 2)) / (M * (M - 1) * (M - 2))
+    det = m1 * m1 - m2                                 # = -Var of mixing distribution
+    p0 = p1 = m1
+    w = 0.5
+    if abs(det) > 1e-12:
+        c1 = (m2 * m1 - m3) / det
+        c0 = (m2 * m2 - m1 * m3) / det
+        disc = c1 * c1 - 4 * c0
+        if disc > 0:
+            root = np.sqrt(disc)
+            p1 = float(np.clip((c1 + root) / 2, 0, 1))
+            p0 = float(np.clip((c1 - root) / 2, 0, 1))
+            w = float(np.clip((m1 - p0) / (p1 - p0), 0, 1)) if p1 > p0 else 0.5
+    n = S.size
+    return VoteNoiseFit(rho0=p0, rho1=1 - p1, weight_valid=w, votes_valid=M * n * w,
+                        votes_invalid=M * n * (1 - w), method="mom")
+
+
+def labeled_mle(S, y, M: int) -> VoteNoiseFit:
+    """Labeled maximum likelihood (App. I): rho1 = 1 - accepts/votes on valid plans,
+    rho0 = accepts/votes on invalid plans. A class with no plans gets NaN."""
+    S = np.asarray(S, dtype=float).ravel()
+    y = np.asarray(y).ravel().astype(bool)
+    nv, ni = int(y.sum()), int((~y).sum())
+    rho1 = 1 - S[y].sum() / (M * nv) if nv else float("nan")
+    rho0 = S[~y].sum() / (M * ni) if ni else float("nan")
+    return VoteNoiseFit(rho0=float(rho0), rho1=float(rho1), weight_valid=nv / max(nv + ni, 1),
+                        votes_valid=float(M * nv), votes_invalid=float(M * ni), method="labeled_mle")
+
+
+def _betabinom_logpmf(M, mean, phi):
+    # phi = 1 / (a + b + 1) is the intra-plan vote correlation; phi -> 0 gives the binomial.
+    scale = 1.0 / phi - 1.0
+    a, b = mean * scale, (1 - mean) * scale
+    return stats.betabinom.logpmf(np.arange(M + 1), M, a, b)
+
+
+def beta_binomial_em(S, M: int, phi_cap: float = 0.3, n_restarts: int = 5, seed: int = 0,
+                     tol: float = 1e-8, max_iter: int = 300) -> VoteNoiseFit:
+    """Capped beta-binomial mixture EM (App. E, App. I "BB-EM").
+
+    Each class draws a per-plan acceptance rate from a Beta with mean mu_c and intra-plan
+    correlation phi_c in (0, phi_cap]; the cap keeps the components from absorbing the whole
+    spread of S. rho1 = 1 - mu_valid, rho0 = mu_invalid. The M-step maximizes the weighted
+    beta-binomial likelihood numerically (L-BFGS-B on logit scales).
+    """
+    hist = _histogram(S, M)
+    rng = np.random.default_rng(seed)
+    s = np.arange(M + 1)
+    mask = hist > 0
+
+    def unpack(z):
+        return special.expit(z[0]), phi_cap * special.expit(z[1])
+
+    def m_step(weights, z0):
+        def nll(z):
+            mu, phi = unpack(z)
+            return -float(np.sum(weights * _betabinom_logpmf(M, mu, phi)))
+        return optimize.minimize(nll, z0, method="L-BFGS-B", bounds=[(-12, 12), (-12, 12)]).x
+
+    best = None
+    for _ in range(n_restarts):
+        w = rng.uniform(0.2, 0.8)
+        z1 = np.array([special.logit(rng.uniform(0.5, 0.95)), 0.0])
+        z0 = np.array([special.logit(rng.uniform(0.05, 0.5)), 0.0])
+        prev, converged, it = -np.inf, False, 0
+        for it in range(1, max_iter + 1):
+            lv = np.log(w) + _betabinom_logpmf(M, *unpack(z1))
+            li = np.log1p(-w) + _betabinom_logpmf(M, *unpack(z0))
+            norm = np.logaddexp(lv, li)
+            ll = float(np.sum(hist[mask] * norm[mask]))
+            resp = np.exp(lv - norm)
+            w = float(np.clip(np.sum(hist * resp) / hist.sum(), 1e-9, 1 - 1e-9))
+            z1, z0 = m_step(hist * resp, z1), m_step(hist * (1 - resp), z0)
+            if ll - prev < tol:
+                converged = True
+                break
+            prev = ll
+        if best is None or ll > best[0]:
+            best = (ll, w, z1, z0, converged, it)
+    ll, w, z1, z0, converged, it = best
+    mu1, _ = unpack(z1)
+    mu0, _ = unpack(z0)
+    if mu0 > mu1:
+        w, mu1, mu0 = 1 - w, mu0, mu1
+    n = hist.sum()
+    return VoteNoiseFit(rho0=float(mu0), rho1=float(1 - mu1), weight_valid=w, loglik=ll,
+                        votes_valid=M * n * w, votes_invalid=M * n * (1 - w),
+                        method="beta_binomial_em", converged=converged, n_iter=it)
+
+
+def fit_vote_noise(method: str, S, M: int, y=None, seed: int = 0) -> VoteNoiseFit:
+    """Dispatch to one of ``VOTE_METHODS``; ``labeled_mle`` needs labels ``y``."""
+    if method == "binomial_em":
+        return binomial_mixture_em(S, M, seed=seed)
+    if method == "mom":
+        return method_of_moments(S, M)
+    if method == "labeled_mle":
+        if y is None:
+            raise ValueError("labeled_mle needs labels y")
+        return labeled_mle(S, y, M)
+    if method == "beta_binomial_em":
+        return beta_binomial_em(S, M, seed=seed)
+    raise ValueError(f"unknown calibration method {method!r}; choose one of {VOTE_METHODS}")
+
+
+def transition_rates(y_before, y_after, max_pairs: int | None = MAX_TRANSITION_PAIRS,
+                     seed: int = 0) -> TransitionFit:
+    """alpha-hat = freq(invalid -> valid), beta-hat = freq(valid -> invalid) (App. A).
+
+    Uses at most ``max_pairs`` labeled pairs, a seeded random subset when there are more.
+    A class with no pairs gives NaN for its rate.
+    """
+    yb = np.asarray(y_before).astype(bool).ravel()
+    ya = np.asarray(y_after).astype(bool).ravel()
+    if yb.shape != ya.shape:
+        raise ValueError("transition_rates: y_before and y_after differ in length")
+    if max_pairs is not None and yb.size > max_pairs:
+        keep = np.sort(np.random.default_rng(seed).choice(yb.size, max_pairs, replace=False))
+        yb, ya = yb[keep], ya[keep]
+    n_inv, n_val = int((~yb).sum()), int(yb.sum())
+    n_fix, n_break = int((~yb & ya).sum()), int((yb & ~ya).sum())
+    alpha = n_fix / n_inv if n_inv else float("nan")
+    beta = n_break / n_val if n_val else float("nan")
+    return TransitionFit(alpha, beta, n_fix, n_inv, n_break, n_val)
+
+
+def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
+              vote_rounds: str = "first", probe_S=None, probe_y=None, probe_M: int | None = None,
+              max_pairs: int | None = MAX_TRANSITION_PAIRS) -> Calibration:
+    """Fit (rho0, rho1, alpha, beta, pi) on one calibration sample (Sec. 4.2, App. A/B).
+
+    ``S``, ``y``: [n, K+1] arrays of the calibration instances. Vote noise comes from the
+    round-0 counts (``vote_rounds="first"``, the paper's choice), from all rounds (``"all"``),
+    or from a separate probe (``"probe"``: ``probe_S`` with ``probe_M`` votes, labels
+    ``probe_y`` for labeled MLE). alpha, beta come from the (y_0, y_1) pairs, pi = mean y_0.
+    """
+    S = np.asarray(S)
+    y = np.asarray(y)
+    if vote_rounds == "first":
+        vS, vy, vM = S[:, 0], y[:, 0], M
+    elif vote_rounds == "all":
+        vS, vy, vM = S.ravel(), y.ravel(), M
+    elif vote_rounds == "probe":
+        if probe_S is None or probe_M is None:
+            raise ValueError("vote_rounds='probe' needs probe_S and probe_M")
+        vS, vy, vM = np.asarray(probe_S), probe_y, int(probe_M)
+    else:
+        raise ValueError(f"vote_rounds must be 'first', 'all' or 'probe', got {vote_rounds!r}")
+    votes = fit_vote_noise(method, vS, vM, y=vy, seed=seed)
+    if S.shape[1] < 2:
+        raise ValueError("calibrate: need at least one repair round to estimate alpha, beta")
+    trans = transition_rates(y[:, 0], y[:, 1], max_pairs=max_pairs, seed=seed)
+    n_pi_valid, n_pi = int(y[:, 0].sum()), int(y.shape[0])
+    params = NoiseParams(rho0=_clean(votes.rho0), rho1=_clean(votes.rho1),
+                         alpha=_clean(trans.alpha), beta=_clean(trans.beta),
+                         pi=float(np.clip(n_pi_valid / n_pi, 1e-6, 1 - 1e-6)))
+    return Calibration(params=params, votes=votes, transitions=trans,
+                       n_pi_valid=n_pi_valid, n_pi=n_pi, M=vM)
+
+
+def _clean(x: float) -> float:
+    # A rate with no supporting sample (NaN) is replaced by 0.5, the uninformative value.
+    return 0.5 if np.isnan(x) else float(np.clip(x, 0.0, 1.0))
+
+
+def crossfit_folds(n: int, n_folds: int = 5, seed: int = 0) -> np.ndarray:
+    """Fold id (0..n_folds-1) per instance: a seeded permutation split into near-equal folds (App. B)."""
+    if n_folds < 2 or n_folds > n:
+        raise ValueError(f"crossfit_folds: need 2 <= n_folds <= n, got n_folds={n_folds}, n={n}")
+    order = np.random.default_rng(seed).permutation(n)
+    folds = np.empty(n, dtype=np.int64)
+    folds[order] = np.arange(n) % n_folds
+    return folds
+
+
+@dataclass
+class CrossFit:
+    """Per-instance parameters where instance i's values were fit without i's fold."""
+
+    folds: np.ndarray
+    fits: list[Calibration]
+    rho0: np.ndarray = field(init=False)
+    rho1: np.ndarray = field(init=False)
+    alpha: np.ndarray = field(init=False)
+    beta: np.ndarray = field(init=False)
+    pi: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        for name in ("rho0", "rho1", "alpha", "beta", "pi"):
+            per_fold = np.array([getattr(f.params, name) for f in self.fits])
+            setattr(self, name, per_fold[self.folds])
+
+    def as_kwargs(self) -> dict[str, np.ndarray]:
+        return {k: getattr(self, k) for k in ("rho0", "rho1", "alpha", "beta", "pi")}
+
+
+def crossfit(S, y, M: int, method: str = "binomial_em", n_folds: int = 5, seed: int = 0,
+             vote_rounds: str = "first", n_calib: int | None = None,
+             probe_S=None, probe_y=None, probe_M: int | None = None) -> CrossFit:
+    """Five-fold cross-fitting (App. B): fold f is scored with parameters fit on the other folds.
+
+    ``n_calib`` subsamples each training set (seeded) for the N_calib ablation (App. I).
+    With ``vote_rounds="probe"`` the vote-noise fit uses the disjoint probe window, which never
+    contains evaluation instances.
+    """
+    S = np.asarray(S)
+    y = np.asarray(y)
+    folds = crossfit_folds(S.shape[0], n_folds, seed)
+    rng = np.random.default_rng(seed + 1)
+    fits = []
+    for f in range(n_folds):
+        train = np.flatnonzero(folds != f)
+        if n_calib is not None and n_calib < train.size:
+            train = np.sort(rng.choice(train, n_calib, replace=False))
+        fits.append(calibrate(S[train], y[train], M, method=method, seed=seed + f,
+                              vote_rounds=vote_rounds, probe_S=probe_S, probe_y=probe_y,
+                              probe_M=probe_M))
+    return CrossFit(folds=folds, fits=fits)
+
+
+def with_params(cal: Calibration, **changes) -> Calibration:
+    """Copy of a calibration with some parameters replaced (for sensitivity sweeps)."""
+    return replace(cal, params=replace(cal.params, **changes))

@@ -1,0 +1,55 @@
+"""VRR-Guard: guarded keep-best fallback (Sec. 4.3, Eq. 9, Lemma 1; App. A "Proof of Lemma 1")."""
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+
+def keep_best(S, delta: int) -> np.ndarray:
+    """Incumbent round after each round under the retention rule, Eq. 9 (guarded keep-best).
+
+    c_0 = p_0; c_k = p_k if S(p_k) >= S(c_{k-1}) + delta, else c_{k-1}.
+    ``S`` is [N, K+1]; returns the incumbent's round index, shape [N, K+1]. Column K is the
+    plan VRR-Guard commits after a full budget.
+    """
+    S = np.asarray(S)
+    n, rounds = S.shape
+    incumbent = np.zeros((n, rounds), dtype=np.int64)
+    best_round = np.zeros(n, dtype=np.int64)
+    best_votes = S[:, 0].astype(np.int64)
+    for k in range(1, rounds):
+        replace = S[:, k] >= best_votes + delta
+        best_round = np.where(replace, k, best_round)
+        best_votes = np.where(replace, S[:, k], best_votes)
+        incumbent[:, k] = best_round
+    return incumbent
+
+
+def replacement_tail_exact(M: int, rho0: float, rho1: float, delta: int) -> float:
+    """Exact erroneous-replacement probability P[S(p) - S(c) >= delta] (App. A, Lemma 1).
+
+    S(p) ~ Bin(M, rho0) for an invalid new plan, S(c) ~ Bin(M, 1 - rho1) for a valid
+    incumbent, independent: the finite sum over i - j >= delta of P[S(p)=i] P[S(c)=j].
+    """
+    k = np.arange(M + 1)
+    p_new = stats.binom.pmf(k, M, rho0)
+    p_inc = stats.binom.pmf(k, M, 1.0 - rho1)
+    diff = k[:, None] - k[None, :]
+    return float(np.sum(np.outer(p_new, p_inc)[diff >= delta]))
+
+
+def hoeffding_bound(M: int, j: float, delta: float) -> float:
+    """Lemma 1 single-round bound exp(-(M J + delta)^2 / (2M)), valid for J >= 0."""
+    if j < 0:
+        raise ValueError("Lemma 1 assumes J >= 0")
+    return float(np.exp(-((M * j + delta) ** 2) / (2.0 * M)))
+
+
+def union_bound(M: int, j: float, delta: float, k_max: int) -> float:
+    """Lemma 1 over K_max rounds: at most K_max times the single-round bound (capped at 1)."""
+    return min(1.0, k_max * hoeffding_bound(M, j, delta))
+
+
+def union_bound_exact(M: int, rho0: float, rho1: float, delta: int, k_max: int) -> float:
+    """K_max times the exact single-round tail (capped at 1): the paper's 'five-round union bound'."""
+    return min(1.0, k_max * replacement_tail_exact(M, rho0, rho1, delta))

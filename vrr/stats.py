@@ -1,0 +1,91 @@
+"""Statistics of replayed outcomes (Sec. 5.1 "Metrics"; App. G "Paired Statistical Tests").
+
+Percentile bootstrap CIs with B = 10,000 instance-level resamples, paired bootstrap of
+differences, and exact McNemar tests. scipy.stats.bootstrap and statsmodels' mcnemar are used
+directly; ``bootstrap_means`` is the equivalent vectorized resampler for many policies at
+once (one multinomial resampling-count matrix shared by every row, so differences are paired).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+from statsmodels.stats.contingency_tables import mcnemar
+
+N_RESAMPLES = 10_000
+
+
+@dataclass(frozen=True)
+class Interval:
+    estimate: float
+    low: float
+    high: float
+
+
+def bootstrap_ci(values, n_resamples: int = N_RESAMPLES, seed: int = 0,
+                 confidence: float = 0.95) -> Interval:
+    """Percentile bootstrap CI of a mean (scipy.stats.bootstrap)."""
+    values = np.asarray(values, dtype=float)
+    res = stats.bootstrap((values,), np.mean, n_resamples=n_resamples, confidence_level=confidence,
+                          method="percentile", vectorized=True, rng=np.random.default_rng(seed))
+    return Interval(float(values.mean()), float(res.confidence_interval.low), float(res.confidence_interval.high))
+
+
+def paired_bootstrap(a, b, n_resamples: int = N_RESAMPLES, seed: int = 0,
+                     confidence: float = 0.95) -> Interval:
+    """Paired percentile bootstrap CI of mean(a - b), resampling instances (App. G)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    res = stats.bootstrap((a, b), lambda x, z, axis=-1: x.mean(axis) - z.mean(axis), paired=True,
+                          n_resamples=n_resamples, confidence_level=confidence, method="percentile",
+                          vectorized=True, rng=np.random.default_rng(seed))
+    return Interval(float(a.mean() - b.mean()), float(res.confidence_interval.low), float(res.confidence_interval.high))
+
+
+def mcnemar_exact(a, b) -> float:
+    """Exact McNemar p-value for paired binary outcomes a, b (statsmodels)."""
+    a, b = np.asarray(a).astype(bool), np.asarray(b).astype(bool)
+    table = [[int(np.sum(a & b)), int(np.sum(a & ~b))], [int(np.sum(~a & b)), int(np.sum(~a & ~b))]]
+    return float(mcnemar(table, exact=True).pvalue)
+
+
+def bootstrap_means(values, n_resamples: int = N_RESAMPLES, seed: int = 0) -> np.ndarray:
+    """Bootstrap distribution of row means, [P, B], from one shared resampling of instances.
+
+    Drawing N indices with replacement is the same as drawing multinomial counts
+    W ~ Mult(N, 1/N); the resampled means of all P rows are then one matrix product.
+    """
+    values = np.atleast_2d(np.asarray(values, dtype=float))
+    n = values.shape[1]
+    counts = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=n_resamples)
+    return values @ counts.T.astype(float) / n
+
+
+def percentile_interval(draws: np.ndarray, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval of bootstrap draws along the last axis."""
+    tail = 50.0 * (1.0 - confidence)
+    lo, hi = np.percentile(draws, [tail, 100.0 - tail], axis=-1)
+    return lo, hi
+
+
+def policy_table(validity: dict[str, np.ndarray], rounds_used: dict[str, np.ndarray],
+                 reference: str | None = None, n_resamples: int = N_RESAMPLES, seed: int = 0,
+                 confidence: float = 0.95) -> list[dict]:
+    """One row per policy: V [CI], <K>, and the paired difference to ``reference`` with its
+    bootstrap CI and exact McNemar p-value (Tables "stopping-performance", "paired-stats")."""
+    names = list(validity)
+    matrix = np.stack([np.asarray(validity[k], dtype=float) for k in names])
+    draws = bootstrap_means(matrix, n_resamples, seed)
+    lo, hi = percentile_interval(draws, confidence)
+    rows = []
+    ref_idx = names.index(reference) if reference is not None else None
+    for i, name in enumerate(names):
+        row = {"policy": name, "V": float(matrix[i].mean()), "V_low": float(lo[i]), "V_high": float(hi[i]),
+               "mean_K": float(np.mean(rounds_used[name]))}
+        if ref_idx is not None:
+            dlo, dhi = percentile_interval(draws[i] - draws[ref_idx], confidence)
+            row.update({"dV": float(matrix[i].mean() - matrix[ref_idx].mean()),
+                        "dV_low": float(dlo), "dV_high": float(dhi),
+                        "mcnemar_p": mcnemar_exact(matrix[i], matrix[ref_idx]) if i != ref_idx else 1.0})
+        rows.append(row)
+    return rows

@@ -1,0 +1,1 @@
+"""Task adapters: loaders, answer extraction and true-validity labelers (paper App. B)."""
