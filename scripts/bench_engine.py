@@ -46,6 +46,7 @@ def main() -> int:
     ap.add_argument("--judge-style", default="check")
     ap.add_argument("--judge-tokens", type=int, default=32)
     ap.add_argument("--start", type=int, default=1000, help="GSM8K test index of the first prompt")
+    ap.add_argument("--dtype", default=None, help="engine dtype (default: backend's choice)")
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
 
@@ -56,9 +57,11 @@ def main() -> int:
     from vrr.tasks import gsm8k
 
     res = {"model": a.model, "env": {k: v for k, v in os.environ.items() if k.startswith(("VLLM_CPU", "OMP_"))}}
-    eng = make_engine(a.model, backend=a.backend, seed=0, max_model_len=4096)
+    kw = {"dtype": a.dtype} if a.dtype else {}
+    eng = make_engine(a.model, backend=a.backend, seed=0, max_model_len=4096, **kw)
     res["load_seconds"] = round(eng.load_seconds, 1)
     res["backend"] = eng.backend
+    res["dtype"] = eng.config.get("dtype")
     print(f"load: {eng.load_seconds:.1f} s  (backend {eng.backend}, {eng.model_path})", flush=True)
     llm = eng.llm
     probs = gsm8k.load_gsm8k("test")[a.start:a.start + a.prompts]

@@ -73,7 +73,11 @@ def _histogram(S, M: int, weights=None) -> np.ndarray:
 
 
 def _binom_logpmf_table(M: int, p: float) -> np.ndarray:
-    return stats.binom.logpmf(np.arange(M + 1), M, p)
+    """log Bin(s; M, p) for s = 0..M (inlined: EM calls this thousands of times)."""
+    s = np.arange(M + 1)
+    log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
+    with np.errstate(divide="ignore"):
+        return log_comb + special.xlogy(s, p) + special.xlogy(M - s, 1.0 - p)
 
 
 def mixture_loglik(S, M: int, weight_valid: float, rho0: float, rho1: float) -> float:
@@ -94,9 +98,8 @@ def _em_single(hist: np.ndarray, M: int, w: float, p1: float, p0: float, tol: fl
     prev = -np.inf
     eps = 1e-12
     for it in range(1, max_iter + 1):
-        with np.errstate(divide="ignore"):
-            lv = np.log(w) + stats.binom.logpmf(s, M, p1)
-            li = np.log1p(-w) + stats.binom.logpmf(s, M, p0)
+        lv = np.log(w) + _binom_logpmf_table(M, p1)
+        li = np.log1p(-w) + _binom_logpmf_table(M, p0)
         norm = np.logaddexp(lv, li)
         resp = np.exp(lv - norm)                      # E-step: P(valid | S = s)
         ll = float(np.sum(hist[mask] * norm[mask]))
@@ -142,10 +145,8 @@ def binomial_mixture_em(S, M: int, n_restarts: int = 10, seed: int = 0,
 
 
 def _responsibilities(hist, M, w, p1, p0):
-    s = np.arange(M + 1)
-    with np.errstate(divide="ignore"):
-        lv = np.log(w) + stats.binom.logpmf(s, M, p1)
-        li = np.log1p(-w) + stats.binom.logpmf(s, M, p0)
+    lv = np.log(w) + _binom_logpmf_table(M, p1)
+    li = np.log1p(-w) + _binom_logpmf_table(M, p0)
     return np.exp(lv - np.logaddexp(lv, li))
 
 
@@ -196,61 +197,51 @@ def _betabinom_logpmf(M, mean, phi):
     # phi = 1 / (a + b + 1) is the intra-plan vote correlation; phi -> 0 gives the binomial.
     scale = 1.0 / phi - 1.0
     a, b = mean * scale, (1 - mean) * scale
-    return stats.betabinom.logpmf(np.arange(M + 1), M, a, b)
+    s = np.arange(M + 1)
+    log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
+    return (log_comb + special.betaln(s + a, M - s + b) - special.betaln(a, b))
 
 
-def beta_binomial_em(S, M: int, phi_cap: float = 0.3, n_restarts: int = 5, seed: int = 0,
-                     tol: float = 1e-8, max_iter: int = 300) -> VoteNoiseFit:
-    """Capped beta-binomial mixture EM (App. E, App. I "BB-EM").
+def beta_binomial_em(S, M: int, phi_cap: float = 0.3, n_restarts: int = 8, seed: int = 0) -> VoteNoiseFit:
+    """Capped beta-binomial mixture (App. E, App. I "BB-EM").
 
     Each class draws a per-plan acceptance rate from a Beta with mean mu_c and intra-plan
-    correlation phi_c in (0, phi_cap]; the cap keeps the components from absorbing the whole
-    spread of S. rho1 = 1 - mu_valid, rho0 = mu_invalid. The M-step maximizes the weighted
-    beta-binomial likelihood numerically (L-BFGS-B on logit scales).
+    correlation phi_c in (0, phi_cap]; the cap keeps one component from absorbing the whole
+    spread of S. rho1 = 1 - mu_valid, rho0 = mu_invalid. The beta-binomial M-step has no closed
+    form, so the mixture likelihood that EM climbs is maximized directly (L-BFGS-B over
+    logit-scaled weight, means and correlations, on the histogram of S) from ``n_restarts``
+    seeded starts; the best log-likelihood is kept and the higher-mean component is "valid".
     """
     hist = _histogram(S, M)
     rng = np.random.default_rng(seed)
-    s = np.arange(M + 1)
     mask = hist > 0
 
     def unpack(z):
-        return special.expit(z[0]), phi_cap * special.expit(z[1])
+        w = special.expit(z[0])
+        mu1, mu0 = special.expit(z[1]), special.expit(z[3])
+        phi1, phi0 = phi_cap * special.expit(z[2]), phi_cap * special.expit(z[4])
+        return w, mu1, phi1, mu0, phi0
 
-    def m_step(weights, z0):
-        def nll(z):
-            mu, phi = unpack(z)
-            return -float(np.sum(weights * _betabinom_logpmf(M, mu, phi)))
-        return optimize.minimize(nll, z0, method="L-BFGS-B", bounds=[(-12, 12), (-12, 12)]).x
+    def nll(z):
+        w, mu1, phi1, mu0, phi0 = unpack(z)
+        lv = np.log(w) + _betabinom_logpmf(M, mu1, phi1)
+        li = np.log1p(-w) + _betabinom_logpmf(M, mu0, phi0)
+        return -float(np.sum(hist[mask] * np.logaddexp(lv, li)[mask]))
 
     best = None
     for _ in range(n_restarts):
-        w = rng.uniform(0.2, 0.8)
-        z1 = np.array([special.logit(rng.uniform(0.5, 0.95)), 0.0])
-        z0 = np.array([special.logit(rng.uniform(0.05, 0.5)), 0.0])
-        prev, converged, it = -np.inf, False, 0
-        for it in range(1, max_iter + 1):
-            lv = np.log(w) + _betabinom_logpmf(M, *unpack(z1))
-            li = np.log1p(-w) + _betabinom_logpmf(M, *unpack(z0))
-            norm = np.logaddexp(lv, li)
-            ll = float(np.sum(hist[mask] * norm[mask]))
-            resp = np.exp(lv - norm)
-            w = float(np.clip(np.sum(hist * resp) / hist.sum(), 1e-9, 1 - 1e-9))
-            z1, z0 = m_step(hist * resp, z1), m_step(hist * (1 - resp), z0)
-            if ll - prev < tol:
-                converged = True
-                break
-            prev = ll
-        if best is None or ll > best[0]:
-            best = (ll, w, z1, z0, converged, it)
-    ll, w, z1, z0, converged, it = best
-    mu1, _ = unpack(z1)
-    mu0, _ = unpack(z0)
+        z0 = np.array([special.logit(rng.uniform(0.2, 0.8)), special.logit(rng.uniform(0.55, 0.95)),
+                       rng.uniform(-3, 1), special.logit(rng.uniform(0.05, 0.45)), rng.uniform(-3, 1)])
+        res = optimize.minimize(nll, z0, method="L-BFGS-B", bounds=[(-12, 12)] * 5)
+        if best is None or res.fun < best.fun:
+            best = res
+    w, mu1, _, mu0, _ = unpack(best.x)
     if mu0 > mu1:
         w, mu1, mu0 = 1 - w, mu0, mu1
     n = hist.sum()
-    return VoteNoiseFit(rho0=float(mu0), rho1=float(1 - mu1), weight_valid=w, loglik=ll,
+    return VoteNoiseFit(rho0=float(mu0), rho1=float(1 - mu1), weight_valid=float(w), loglik=-float(best.fun),
                         votes_valid=M * n * w, votes_invalid=M * n * (1 - w),
-                        method="beta_binomial_em", converged=converged, n_iter=it)
+                        method="beta_binomial_em", converged=bool(best.success), n_iter=int(best.nit))
 
 
 def fit_vote_noise(method: str, S, M: int, y=None, seed: int = 0) -> VoteNoiseFit:

@@ -1,0 +1,147 @@
+"""Calibration estimators (App. A, App. I) and cross-fitting (App. B) on data with known parameters."""
+import numpy as np
+import pytest
+from scipy import stats
+
+from vrr.calibration import (beta_binomial_em, binomial_mixture_em, calibrate, crossfit, crossfit_folds,
+                             labeled_mle, method_of_moments, mixture_loglik, transition_rates)
+from vrr.model import NoiseParams
+from vrr.simulate import simulate_setting
+
+
+def draw_votes(n, M, pi, rho0, rho1, seed):
+    rng = np.random.default_rng(seed)
+    y = rng.random(n) < pi
+    return np.where(y, rng.binomial(M, 1 - rho1, n), rng.binomial(M, rho0, n)), y
+
+
+@pytest.mark.parametrize("rho0,rho1", [(0.364, 0.177), (0.30, 0.30), (0.109, 0.118)])  # J = 0.46, 0.40, 0.77
+def test_em_recovers_noise_rates_when_j_at_least_0_3(rho0, rho1):
+    """Stated tolerance: N = 300, M = 8, pi = 0.7, over 20 seeds the median absolute error of
+    rho0 and rho1 is below 0.05 and 90% of seeds are within 0.12."""
+    errors = []
+    for seed in range(20):
+        S, _ = draw_votes(300, 8, 0.7, rho0, rho1, seed)
+        fit = binomial_mixture_em(S, 8, seed=seed)
+        errors.append(max(abs(fit.rho0 - rho0), abs(fit.rho1 - rho1)))
+    errors = np.array(errors)
+    assert np.median(errors) < 0.05
+    assert np.mean(errors < 0.12) >= 0.9
+
+
+def test_em_keeps_best_loglik_and_label_convention():
+    S, _ = draw_votes(500, 8, 0.3, 0.2, 0.1, 7)
+    fit = binomial_mixture_em(S, 8, n_restarts=12, seed=1)
+    assert 1 - fit.rho1 > fit.rho0                       # valid component accepts more
+    assert fit.loglik == pytest.approx(mixture_loglik(S, 8, fit.weight_valid, fit.rho0, fit.rho1), rel=1e-9)
+    # No single restart beats the kept solution.
+    one = binomial_mixture_em(S, 8, n_restarts=1, seed=99)
+    assert fit.loglik >= one.loglik - 1e-9
+    assert fit.weight_valid == pytest.approx(0.3, abs=0.08)
+
+
+def test_em_degenerates_as_j_goes_to_zero():
+    """App. E mechanism: as J -> 0 the mixture likelihood flattens. The likelihood-ratio gain of
+    two components over one binomial vanishes, and the rho estimates scatter across samples."""
+    def lr_and_fit(rho0, rho1, seed):
+        S, _ = draw_votes(300, 8, 0.8, rho0, rho1, seed)
+        fit = binomial_mixture_em(S, 8, seed=seed)
+        p = S.mean() / 8
+        one = np.sum(stats.binom.logpmf(S, 8, p))
+        return 2 * (fit.loglik - one), fit
+    lr_informative = [lr_and_fit(0.364, 0.177, s)[0] for s in range(10)]
+    lr_flat = [lr_and_fit(0.358, 0.609, s)[0] for s in range(10)]
+    assert min(lr_informative) > 20
+    assert np.median(lr_flat) < 6                          # no evidence for two components
+    weights = [lr_and_fit(0.358, 0.609, s)[1].weight_valid for s in range(10)]
+    assert np.ptp(weights) > 0.3                          # the mixture weight is not pinned down
+
+
+def test_em_underestimates_rho1_under_heterogeneous_low_j_judge():
+    """The paper's Llama failure (rho1-hat << 0.609) appears when judge leniency varies by instance."""
+    truth = NoiseParams(0.358, 0.609, 0.051, 0.938, 0.803)
+    rho1_hats = []
+    for seed in range(5):
+        s = simulate_setting(truth, n=300, k_max=1, seed=seed, judge_concentration=1.0)
+        rho1_hats.append(binomial_mixture_em(s.S[:, 0], 8, seed=seed).rho1)
+    assert np.median(rho1_hats) < 0.35
+
+
+def test_method_of_moments_recovers_parameters_on_large_sample():
+    S, _ = draw_votes(200_000, 8, 0.6, 0.25, 0.15, 0)
+    mom = method_of_moments(S, 8)
+    assert mom.rho0 == pytest.approx(0.25, abs=0.02)
+    assert mom.rho1 == pytest.approx(0.15, abs=0.02)
+    assert mom.weight_valid == pytest.approx(0.6, abs=0.03)
+    with pytest.raises(ValueError, match="M >= 3"):
+        method_of_moments(S % 3, 2)
+
+
+def test_labeled_mle_is_class_frequency():
+    S = np.array([8, 6, 2, 0, 4])
+    y = np.array([1, 1, 0, 0, 1])
+    fit = labeled_mle(S, y, 8)
+    assert fit.rho1 == pytest.approx(1 - 18 / 24)
+    assert fit.rho0 == pytest.approx(2 / 16)
+
+
+def test_beta_binomial_em_recovers_class_means():
+    rng = np.random.default_rng(0)
+    n = 3000
+    y = rng.random(n) < 0.6
+    mean = np.where(y, 0.85, 0.3)
+    phi = 0.1
+    scale = 1 / phi - 1
+    S = rng.binomial(8, rng.beta(mean * scale, (1 - mean) * scale))
+    fit = beta_binomial_em(S, 8, seed=0)
+    assert fit.rho1 == pytest.approx(0.15, abs=0.08)
+    assert fit.rho0 == pytest.approx(0.30, abs=0.08)
+
+
+def test_transition_rates_counts_and_cap():
+    yb = np.array([0, 0, 0, 1, 1, 1, 1, 0])
+    ya = np.array([1, 0, 1, 0, 1, 1, 0, 0])
+    t = transition_rates(yb, ya, max_pairs=None)
+    assert (t.alpha, t.beta) == (pytest.approx(2 / 4), pytest.approx(2 / 4))
+    assert (t.n_fixed, t.n_invalid_before, t.n_broken, t.n_valid_before) == (2, 4, 2, 4)
+    big = transition_rates(np.ones(1000), np.zeros(1000), max_pairs=300)
+    assert big.n_valid_before == 300
+
+
+def test_calibrate_recovers_all_five_parameters():
+    truth = NoiseParams(0.3, 0.15, 0.35, 0.6, 0.7)
+    s = simulate_setting(truth, n=3000, k_max=1, seed=4)
+    cal = calibrate(s.S, s.y, 8, max_pairs=None)
+    for name in ("rho0", "rho1", "alpha", "beta", "pi"):
+        assert getattr(cal.params, name) == pytest.approx(getattr(truth, name), abs=0.04), name
+
+
+def test_crossfit_never_uses_own_fold():
+    truth = NoiseParams(0.3, 0.2, 0.3, 0.5, 0.7)
+    s = simulate_setting(truth, n=200, k_max=2, seed=0)
+    folds = crossfit_folds(200, 5, seed=3)
+    assert sorted(np.bincount(folds).tolist()) == [40] * 5
+    cf = crossfit(s.S, s.y, 8, seed=3)
+    assert np.array_equal(cf.folds, folds)
+    # Changing every label in fold 0 must not change fold 0's parameters, only the others'.
+    y2 = s.y.copy()
+    y2[folds == 0] = 1 - y2[folds == 0]
+    cf2 = crossfit(s.S, y2, 8, seed=3)
+    in0 = folds == 0
+    for name in ("alpha", "beta", "pi"):
+        assert np.array_equal(getattr(cf.fits[0].params, name), getattr(cf2.fits[0].params, name))
+        assert np.allclose(getattr(cf, name)[in0], getattr(cf2, name)[in0])
+        assert not np.allclose(getattr(cf, name)[~in0], getattr(cf2, name)[~in0])
+
+
+def test_crossfit_is_deterministic_for_a_seed():
+    s = simulate_setting(NoiseParams(0.3, 0.2, 0.3, 0.5, 0.7), n=150, seed=2)
+    a, b = crossfit(s.S, s.y, 8, seed=5), crossfit(s.S, s.y, 8, seed=5)
+    assert all(np.array_equal(getattr(a, k), getattr(b, k)) for k in ("rho0", "rho1", "alpha", "beta", "pi"))
+    c = crossfit(s.S, s.y, 8, seed=6)
+    assert not np.array_equal(a.folds, c.folds)
+
+
+def test_crossfit_rejects_bad_fold_count():
+    with pytest.raises(ValueError, match="n_folds"):
+        crossfit_folds(3, 5)
