@@ -91,50 +91,62 @@ def mixture_loglik(S, M: int, weight_valid: float, rho0: float, rho1: float) -> 
     return float(np.sum(hist[mask] * ll[mask]))
 
 
-def _em_single(hist: np.ndarray, M: int, w: float, p1: float, p0: float, tol: float, max_iter: int):
+def _em_restarts(hist: np.ndarray, M: int, w, p1, p0, tol: float, max_iter: int):
+    """EM iterations for all restarts at once (arrays of shape [R]); returns per-restart
+    (w, p1, p0, loglik, n_iter, converged)."""
     s = np.arange(M + 1, dtype=float)
+    log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
     mask = hist > 0
+    h = hist[mask]
+    sm = s[mask]
     total = hist.sum()
-    prev = -np.inf
     eps = 1e-12
+    w, p1, p0 = (np.asarray(a, dtype=float).copy() for a in (w, p1, p0))
+    prev = np.full(w.shape, -np.inf)
+    ll = prev.copy()
+    active = np.ones(w.shape, dtype=bool)
+    n_iter = np.zeros(w.shape, dtype=np.int64)
     for it in range(1, max_iter + 1):
-        lv = np.log(w) + _binom_logpmf_table(M, p1)
-        li = np.log1p(-w) + _binom_logpmf_table(M, p0)
+        # E-step: responsibility of the valid component for each observed count value.
+        lv = np.log(w)[:, None] + log_comb[mask] + sm * np.log(p1)[:, None] + (M - sm) * np.log1p(-p1)[:, None]
+        li = np.log1p(-w)[:, None] + log_comb[mask] + sm * np.log(p0)[:, None] + (M - sm) * np.log1p(-p0)[:, None]
         norm = np.logaddexp(lv, li)
-        resp = np.exp(lv - norm)                      # E-step: P(valid | S = s)
-        ll = float(np.sum(hist[mask] * norm[mask]))
-        nv = float(np.sum(hist * resp))
+        resp = np.exp(lv - norm)
+        ll_new = norm @ h
+        # M-step: responsibility-weighted frequencies.
+        nv = resp @ h
         ni = total - nv
-        w = min(max(nv / total, eps), 1 - eps)        # M-step: weighted frequencies
-        p1 = float(np.sum(hist * resp * s) / (M * nv)) if nv > eps else p1
-        p0 = float(np.sum(hist * (1 - resp) * s) / (M * ni)) if ni > eps else p0
-        p1, p0 = min(max(p1, eps), 1 - eps), min(max(p0, eps), 1 - eps)
-        if ll - prev < tol:
-            return w, p1, p0, ll, it, True
-        prev = ll
-    return w, p1, p0, ll, max_iter, False
+        w_new = np.clip(nv / total, eps, 1 - eps)
+        p1_new = np.clip(np.where(nv > eps, (resp * sm) @ h / (M * np.maximum(nv, eps)), p1), eps, 1 - eps)
+        p0_new = np.clip(np.where(ni > eps, ((1 - resp) * sm) @ h / (M * np.maximum(ni, eps)), p0), eps, 1 - eps)
+        ll = np.where(active, ll_new, ll)
+        n_iter = np.where(active, it, n_iter)
+        done = active & (ll_new - prev < tol)
+        w, p1, p0 = (np.where(active & ~done, new, old) for new, old in ((w_new, w), (p1_new, p1), (p0_new, p0)))
+        prev = np.where(active, ll_new, prev)
+        active &= ~done
+        if not active.any():
+            break
+    return w, p1, p0, ll, n_iter, ~active
 
 
 def binomial_mixture_em(S, M: int, n_restarts: int = 10, seed: int = 0,
                         tol: float = 1e-10, max_iter: int = 2000) -> VoteNoiseFit:
     """Two-component binomial-mixture EM (Sec. 4.2; App. A "Calibration Estimators").
 
-    S ~ pi Bin(M, 1 - rho1) + (1 - pi) Bin(M, rho0). Runs ``n_restarts`` random starts, keeps
-    the highest log-likelihood, and labels the higher-acceptance component as valid. The
-    mixture is identifiable iff J != 0; as J -> 0 the likelihood surface flattens (App. E).
+    S ~ pi Bin(M, 1 - rho1) + (1 - pi) Bin(M, rho0). Runs ``n_restarts`` seeded random starts
+    (iterated together, vectorized), keeps the highest log-likelihood, and labels the
+    higher-acceptance component as valid. The mixture is identifiable iff J != 0; as J -> 0
+    the likelihood surface flattens (App. E).
     """
     hist = _histogram(S, M)
     if hist.sum() == 0:
         raise ValueError("binomial_mixture_em: empty sample")
     rng = np.random.default_rng(seed)
-    best = None
-    for _ in range(n_restarts):
-        w0 = rng.uniform(0.1, 0.9)
-        p1, p0 = rng.uniform(0.05, 0.95, size=2)
-        fit = _em_single(hist, M, w0, p1, p0, tol, max_iter)
-        if best is None or fit[3] > best[3]:
-            best = fit
-    w, p1, p0, ll, n_iter, converged = best
+    starts = rng.uniform([0.1, 0.05, 0.05], [0.9, 0.95, 0.95], size=(n_restarts, 3))
+    ws, p1s, p0s, lls, iters, conv = _em_restarts(hist, M, starts[:, 0], starts[:, 1], starts[:, 2], tol, max_iter)
+    b = int(np.argmax(lls))
+    w, p1, p0, ll, n_iter, converged = float(ws[b]), float(p1s[b]), float(p0s[b]), float(lls[b]), int(iters[b]), bool(conv[b])
     if p0 > p1:                                       # label convention: valid accepts more
         w, p1, p0 = 1 - w, p0, p1
     resp = _responsibilities(hist, M, w, p1, p0)

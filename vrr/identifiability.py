@@ -21,12 +21,16 @@ PARAM_NAMES = ("rho0", "rho1", "alpha", "beta", "pi")
 
 
 def _clopper_pearson(successes: float, trials: float, confidence: float) -> tuple[float, float]:
-    trials_i = int(round(trials))
-    if trials_i <= 0:
+    """Exact (Clopper-Pearson) interval, the one scipy.stats.binomtest(...).proportion_ci
+    returns, written with Beta quantiles so it costs microseconds."""
+    n = int(round(trials))
+    if n <= 0:
         return 0.0, 1.0
-    k = int(np.clip(round(successes), 0, trials_i))
-    ci = stats.binomtest(k, trials_i).proportion_ci(confidence_level=confidence, method="exact")
-    return float(ci.low), float(ci.high)
+    k = int(np.clip(round(successes), 0, n))
+    tail = (1.0 - confidence) / 2.0
+    low = 0.0 if k == 0 else float(stats.beta.ppf(tail, k, n - k + 1))
+    high = 1.0 if k == n else float(stats.beta.ppf(1.0 - tail, k + 1, n - k))
+    return low, high
 
 
 def parameter_intervals(cal: Calibration, eta: float = 0.05) -> dict[str, tuple[float, float]]:

@@ -52,12 +52,15 @@ def mcnemar_exact(a, b) -> float:
 def bootstrap_means(values, n_resamples: int = N_RESAMPLES, seed: int = 0) -> np.ndarray:
     """Bootstrap distribution of row means, [P, B], from one shared resampling of instances.
 
-    Drawing N indices with replacement is the same as drawing multinomial counts
-    W ~ Mult(N, 1/N); the resampled means of all P rows are then one matrix product.
+    Each resample draws N instance indices with replacement (as scipy.stats.bootstrap does);
+    their per-instance counts W [B, N] turn the resampled means of all P rows into one matrix
+    product, so every row (and every difference of rows) sees the same resamples.
     """
     values = np.atleast_2d(np.asarray(values, dtype=float))
     n = values.shape[1]
-    counts = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=n_resamples)
+    idx = np.random.default_rng(seed).integers(0, n, (n_resamples, n), dtype=np.int64)
+    idx += (np.arange(n_resamples, dtype=np.int64) * n)[:, None]
+    counts = np.bincount(idx.ravel(), minlength=n_resamples * n).reshape(n_resamples, n)
     return values @ counts.T.astype(float) / n
 
 
