@@ -95,10 +95,10 @@ def trajectory_shape(q, tol: float = 0.03) -> str:
     return "monotone up" if q[-1] > q[0] else "monotone down"
 
 
-def loop_dynamics(setting: Setting, replay_result: ReplayResult | None = None) -> dict:
+def loop_dynamics(setting: Setting) -> dict:
     """The loop-dynamics row of one setting: round-1 labeled estimates of rho0, rho1, J, alpha,
-    beta, b* (Eq. 7), per-round validity Q_k and acceptance A_k, the trajectory shape, and the
-    finite-trace gap between the hindsight-best fixed round and myopic (TPM) stopping."""
+    beta, b* (Eq. 7), per-round validity Q_k and acceptance A_k, and the trajectory shape.
+    (The best-fixed-round minus myopic column needs the replay: ``vrr.paper.table_loop_dynamics``.)"""
     S, y, M = setting.S, setting.y, setting.M
     votes = labeled_mle(S[:, 0], y[:, 0], M)
     cal = calibrate(S, y, M, method="labeled_mle", max_pairs=None)
@@ -111,8 +111,6 @@ def loop_dynamics(setting: Setting, replay_result: ReplayResult | None = None) -
         "Q": q.tolist(), "A": (S.mean(axis=0) / M).tolist(), "shape": trajectory_shape(q),
         "transitions": {k: int(v) for k, v in vars(cal.transitions).items() if k.startswith("n_")},
     }
-    if replay_result is not None:
-        row["best_fixed_K_minus_myopic"] = float(q.max() - replay_result.validity[TPM].mean())
     return row
 
 

@@ -493,22 +493,29 @@ def measure_judge_styles(engine: ChatEngine, cfg: GenConfig, styles: Sequence[st
     items = [(p, pl) for p, o in zip(probs, outs) for pl in o]
     y = [gsm8k.label(pl, p.gold) for p, pl in items]
     res = {"model": cfg.model, "split": split, "start": start, "n_problems": n, "plans": len(items),
+           "plan_tokens": (getattr(engine, "last_info", None) or {}).get("generated_tokens"),
            "valid_plans": int(sum(y)), "votes": votes, "styles": {}}
-    for st in styles:
+    for spec in styles:
+        # "style" or "style:votes" or "style:votes:max_plans" (expensive styles on a subset)
+        parts = spec.split(":")
+        st = parts[0]
+        nv = int(parts[1]) if len(parts) > 1 else votes
+        sub = items[:int(parts[2])] if len(parts) > 2 else items
+        ysub = y[:len(sub)]
         t0 = time.time()
         mt = prompts.JUDGE_MAX_TOKENS[st]
-        jout = engine.chat([prompts.judge_messages(p.question, _clip(pl), st) for p, pl in items],
-                           temperature=cfg.judge_temperature, max_tokens=mt, n=votes)
+        jout = engine.chat([prompts.judge_messages(p.question, _clip(pl), st) for p, pl in sub],
+                           temperature=cfg.judge_temperature, max_tokens=mt, n=nv)
         dt = time.time() - t0
         info = getattr(engine, "last_info", None) or {}
         parsed = [[prompts.parse_verdict(t, st) for t in j] for j in jout]
         S = [sum(v == 1 for v in row) for row in parsed]
         import numpy as np
 
-        r = youden_j(np.array(S), np.array(y), votes)
-        r.update(max_tokens=mt, seconds=round(dt, 1),
-                 gen_tokens_per_vote=round(info.get("generated_tokens", 0) / max(1, len(items) * votes), 1),
-                 unparsable_frac=round(sum(v is None for row in parsed for v in row) / (len(items) * votes), 3),
+        r = youden_j(np.array(S), np.array(ysub), nv)
+        r.update(votes=nv, plans=len(sub), max_tokens=mt, seconds=round(dt, 1),
+                 gen_tokens_per_vote=round(info.get("generated_tokens", 0) / max(1, len(sub) * nv), 1),
+                 unparsable_frac=round(sum(v is None for row in parsed for v in row) / (len(sub) * nv), 3),
                  example=jout[0][0][:300] if jout and jout[0] else "")
         res["styles"][st] = r
         print(f"[judge-J] {st}: J={r['J']:.3f} acc(valid)={r['accept_valid']:.3f} "

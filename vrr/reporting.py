@@ -119,7 +119,8 @@ def fig_signal_quality(rows: Sequence[dict]):
         ax.set_ylim(0, 1)
         ax.set_xticks(k)
     axes[0][0].set_ylabel("rate")
-    axes[0][0].legend(loc="lower left", frameon=False)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=2, frameon=False, bbox_to_anchor=(0.5, 1.08))
     fig.tight_layout()
     return fig
 
@@ -186,13 +187,14 @@ def fig_probe_separation(rates, labels, em_accept_valid: float, em_accept_invali
     ax_a.set_xticks([0, 1], ["valid", "invalid"])
     ax_a.set_ylabel("per-plan acceptance rate")
     ax_a.set_title("(a) plans")
-    ax_a.legend(frameon=False, fontsize=5, loc="lower left")
+    handles, labels = ax_a.get_legend_handles_labels()
     ax_b.set_xlabel("acceptance rate")
     ax_b.set_title("(b) class distributions")
     ax_b.legend(frameon=False)
     if title:
         fig.suptitle(title, fontsize=8)
     fig.tight_layout()
+    fig.legend(handles, labels, loc="upper center", ncol=4, frameon=False, fontsize=6, bbox_to_anchor=(0.5, 0.02))
     return fig
 
 
@@ -207,7 +209,10 @@ def fig_flip_grid(j_values, delta_edges, rate, markers: Sequence[dict] = ()):
     fig.colorbar(mesh, ax=ax, label="flip probability")
     for m in markers:
         ax.plot(m["delta"], m["J"], marker="o", mfc="white", mec="k", ms=5)
-        ax.annotate(m["label"], (m["delta"], m["J"]), fontsize=6, xytext=(4, 2), textcoords="offset points")
+        right = m["delta"] > 0.6
+        ax.annotate(m["label"], (m["delta"], m["J"]), fontsize=5.5, xytext=(-5 if right else 5, 3),
+                    textcoords="offset points", ha="right" if right else "left",
+                    bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.7))
     ax.set_xlabel("decision margin $\\Delta=|G-\\tau|$")
     ax.set_ylabel("judge discrimination $J$")
     fig.tight_layout()
@@ -215,21 +220,28 @@ def fig_flip_grid(j_values, delta_edges, rate, markers: Sequence[dict] = ()):
 
 
 def fig_pareto(panels: Sequence[dict]):
-    """Pareto plot (App. F figure): true validity vs mean repair rounds per policy; TPM hollow."""
-    fig, axes = plt.subplots(1, len(panels), figsize=(TEXT_WIDTH * 0.8, 2.4), squeeze=False)
+    """Pareto plot (App. F figure): true validity vs mean repair rounds per policy; TPM hollow.
+    Policies that land on the same point share one label ("A = B")."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(TEXT_WIDTH, 2.6), squeeze=False)
     for ax, panel in zip(axes[0], panels):
+        groups: dict[tuple, list] = {}
         for row in panel["rows"]:
-            name = row["policy"]
-            if name == "Hindsight best":
+            if row["policy"] == "Hindsight best":
                 continue
-            hollow = name == "TPM reference"
-            ax.errorbar(row["mean_K"], row["V"], yerr=[[row["V"] - row["V_low"]], [row["V_high"] - row["V"]]],
-                        fmt="o", ms=4, mfc="white" if hollow else None, capsize=1.5, lw=0.7)
-            ax.annotate(name, (row["mean_K"], row["V"]), fontsize=5.5, xytext=(3, 2), textcoords="offset points")
+            groups.setdefault((round(row["mean_K"], 3), round(row["V"], 4)), []).append(row)
+        for i, ((k, v), rows) in enumerate(sorted(groups.items())):
+            hollow = any(r["policy"] == "TPM reference" for r in rows)
+            r0 = rows[0]
+            ax.errorbar(k, v, yerr=[[v - r0["V_low"]], [r0["V_high"] - v]], fmt="o", ms=4, capsize=1.5, lw=0.7,
+                        color=f"C{i % 10}", mfc="white" if hollow else f"C{i % 10}")
+            text = " = ".join(r["policy"] for r in rows)
+            right = k > 3.5
+            ax.annotate(text, (k, v), fontsize=5.5, xytext=(-4 if right else 4, 3), textcoords="offset points",
+                        ha="right" if right else "left")
         ax.set_title(panel["title"])
         ax.set_xlabel("mean repair rounds $\\langle K\\rangle$")
-        ax.set_ylim(0, 1.02)
-        ax.set_xlim(-0.3, 5.9)
+        ax.set_ylim(0, 1.05)
+        ax.set_xlim(-0.4, 5.4)
     axes[0][0].set_ylabel("true validity $V$")
     fig.tight_layout()
     return fig
