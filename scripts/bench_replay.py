@@ -18,7 +18,6 @@ import numpy as np
 
 from vrr import policies_reference as R
 from vrr.calibration import crossfit
-from vrr.guard import keep_best  # noqa: F401  (imported for parity of import cost)
 from vrr.model import NoiseParams
 from vrr.replay import ReplayConfig, replay
 from vrr.simulate import simulate_setting

@@ -5,7 +5,6 @@ table, figure, executed notebook and the index exist and parse.
 """
 import csv
 import json
-import os
 import subprocess
 from pathlib import Path
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from scipy import optimize, special, stats
+from scipy import optimize, special
 
 from .model import NoiseParams
 

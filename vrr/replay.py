@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from . import policies as P
-from .calibration import CrossFit, crossfit, crossfit_folds, labeled_mle
+from .calibration import CrossFit, crossfit
 from .data import Setting
 from .identifiability import crossfit_intervals, error_radius, labeled_j_diagnostic
 from .stats import N_RESAMPLES, policy_table
