@@ -244,3 +244,36 @@ def median_decision_margin(setting: Setting, config: ReplayConfig = ReplayConfig
     commit = np.where(stop.any(1), stop.argmax(1), setting.k_max)
     visited = np.arange(setting.k_max + 1)[None, :] <= commit[:, None]
     return float(np.median(np.abs(g[visited])))
+
+
+def findings_markdown(policy_rows: list[dict], paired_rows: list[dict], label: str) -> str:
+    """Plain statements of what this run found (the notebooks report these, not the paper's numbers)."""
+    V = {r["policy"]: r for r in policy_rows}
+    P = {r["comparison"]: r for r in paired_rows}
+
+    def pp(x):
+        return f"{100 * x:+.1f} pp"
+
+    def paired(name):
+        r = P.get(name)
+        if r is None:
+            return ""
+        sig = "excludes 0" if r["dV_low"] > 0 or r["dV_high"] < 0 else "includes 0"
+        p = f", McNemar p = {r['mcnemar_p']:.2g}" if "mcnemar_p" in r else ""
+        return f" (paired 95% CI [{pp(r['dV_low'])}, {pp(r['dV_high'])}], {sig}{p})"
+
+    lines = [f"**Findings for {label}.**"]
+    none, stop, tpm = V["No repair"]["V"], V["VRR-Stop"]["V"], V["TPM reference"]["V"]
+    if "Fixed K=5" in V:
+        f5 = V["Fixed K=5"]["V"]
+        verb = "collapses" if f5 < none - 0.05 else ("improves" if f5 > none + 0.05 else "leaves")
+        lines.append(f"- Fixed 5-round repair {verb} validity: {f5:.3f} vs {none:.3f} without repair ({pp(f5 - none)}).")
+    lines.append(f"- VRR-Stop reaches {stop:.3f} with <K> = {V['VRR-Stop']['mean_K']:.2f} repair rounds, "
+                 f"{pp(stop - none)} vs no repair{paired('VRR-Stop vs No repair')}.")
+    lines.append(f"- Against the TPM reference ({tpm:.3f}, true parameters, same rule) the gap is {pp(stop - tpm)}"
+                 f"{paired('VRR-Stop vs TPM reference')}.")
+    if "VRR-Guard" in V:
+        g = V["VRR-Guard"]["V"]
+        lines.append(f"- VRR-Guard commits plans of validity {g:.3f}, {pp(g - none)} vs no repair"
+                     f"{paired('VRR-Guard vs No repair')}; vs VRR-Stop {pp(g - stop)}.")
+    return "\n".join(lines)
