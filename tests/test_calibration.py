@@ -134,6 +134,42 @@ def test_crossfit_never_uses_own_fold():
         assert not np.allclose(getattr(cf, name)[~in0], getattr(cf2, name)[~in0])
 
 
+def test_crossfit_labeled_estimators_do_not_leak_own_fold_labels():
+    s = simulate_setting(NoiseParams(0.3, 0.2, 0.3, 0.5, 0.7), n=200, k_max=2, seed=1)
+    folds = crossfit_folds(200, 5, seed=3)
+    y2 = s.y.copy()
+    y2[folds == 2] = 1 - y2[folds == 2]
+    for vote_rounds in ("first", "all"):
+        a = crossfit(s.S, s.y, 8, method="labeled_mle", seed=3, vote_rounds=vote_rounds)
+        b = crossfit(s.S, y2, 8, method="labeled_mle", seed=3, vote_rounds=vote_rounds)
+        assert a.fits[2].params == b.fits[2].params                    # fold 2 never sees its own labels
+        assert a.fits[0].params.rho0 != b.fits[0].params.rho0          # the other folds do
+
+
+def test_method_of_moments_falls_back_when_counts_are_underdispersed():
+    """Counts less spread than one binomial admit no two-point mixture: MoM must not invent
+    an impossible fit (e.g. rho1 = 0), it reports J = 0."""
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        S = rng.choice([3, 4, 5], size=200, p=[0.25, 0.5, 0.25])      # variance 0.5 << binomial's 2
+        fit = method_of_moments(S, 8)
+        assert fit.rho0 == pytest.approx(1 - fit.rho1)
+        assert 0 < fit.rho0 < 1
+
+
+def test_em_loglik_is_that_of_the_returned_parameters_even_without_convergence():
+    S, _ = draw_votes(300, 8, 0.6, 0.3, 0.2, 3)
+    fit = binomial_mixture_em(S, 8, max_iter=3, seed=0)
+    assert not fit.converged
+    assert fit.loglik == pytest.approx(mixture_loglik(S, 8, fit.weight_valid, fit.rho0, fit.rho1), rel=1e-12)
+
+
+def test_prior_and_transitions_share_the_300_label_cap():
+    s = simulate_setting(NoiseParams(0.3, 0.2, 0.3, 0.5, 0.7), n=1000, k_max=1, seed=5)
+    cal = calibrate(s.S, s.y, 8)
+    assert cal.n_pi == 300 and cal.transitions.n_valid_before + cal.transitions.n_invalid_before == 300
+
+
 def test_crossfit_is_deterministic_for_a_seed():
     s = simulate_setting(NoiseParams(0.3, 0.2, 0.3, 0.5, 0.7), n=150, seed=2)
     a, b = crossfit(s.S, s.y, 8, seed=5), crossfit(s.S, s.y, 8, seed=5)

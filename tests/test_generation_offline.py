@@ -42,13 +42,14 @@ class FakeEngine:
             user = conv[-1]["content"]
             p = self._gold_for(user)
             gold = int(float(p.gold)) if p else 0
-            if conv[0]["content"] == prompts.JUDGE_SYSTEM:
+            role = prompts.role_of(conv)
+            if role == "judge":
                 plan = user.split("Proposed solution:\n", 1)[1]
                 ok = gsm8k.is_correct(gsm8k.extract_answer(plan), str(gold))
                 outs.append(["ACCEPT" if (ok and m % 2 == 0) or (not ok and m % 4 == 0) else "REJECT"
                              for m in range(n)])
-            elif conv[0]["content"] == prompts.REPAIR_SYSTEM:
-                prev = user.split("Previous solution:\n", 1)[1].split("\n\nReviewer feedback")[0]
+            elif role == "repairer":
+                prev = user.split("Proposed solution:\n", 1)[1].split("\n\nReviewer feedback")[0]
                 ok = gsm8k.is_correct(gsm8k.extract_answer(prev), str(gold))
                 outs.append([f"Revised. The answer is {gold + 1 if ok else gold}."] * n)
             else:
@@ -146,7 +147,7 @@ def test_pm_stress_perturbs_repairer_only(tmp_path):
 
     class Spy(FakeEngine):
         def chat(self, conversations, temperature, max_tokens, n=1):
-            seen.append((conversations[0][0]["content"], [c[-1]["content"] for c in conversations], temperature))
+            seen.append((prompts.role_of(conversations[0]), [c[-1]["content"] for c in conversations], temperature))
             return super().chat(conversations, temperature, max_tokens, n)
 
     generate(cfg, engine=Spy(), out_root=tmp_path, progress=False)
@@ -161,10 +162,10 @@ def test_pm_stress_perturbs_repairer_only(tmp_path):
         for u in users:
             has_orig = any(q in u for q in origs)
             has_pert = any(q in u for q in perturbed)
-            if system == prompts.REPAIR_SYSTEM:
+            if system == "repairer":
                 n_rep += 1
                 assert temp == 1.0 and has_pert and not has_orig
-            elif system == prompts.JUDGE_SYSTEM:
+            elif system == "judge":
                 n_judge += 1
                 assert has_orig and not has_pert
     assert n_rep == 10 * cfg.K_max and n_judge == 10 * (cfg.K_max + 1)
@@ -221,3 +222,13 @@ def test_measure_judge_styles_same_plans(tmp_path):
     # the fake judge answers the bare word, which the "check" parser reads from the tail
     assert res["styles"]["check"]["J"] == pytest.approx(0.25)
     assert json.loads(out.read_text())["styles"].keys() == {"verdict", "check"}
+
+
+def test_repair_prompt_shares_judge_prefix():
+    q, plan = "Q text 1 2 3", "Step. The answer is 6."
+    j = prompts.judge_messages(q, plan, "verdict")
+    r = prompts.repair_messages(q, plan, "1 of 8 reviewers judged the solution incorrect.")
+    assert j[0] == r[0]
+    prefix = f"Problem:\n{q}\n\nProposed solution:\n{plan}\n\n"
+    assert j[1]["content"].startswith(prefix) and r[1]["content"].startswith(prefix)
+    assert [prompts.role_of(c) for c in (prompts.generator_messages(q), j, r)] == ["generator", "judge", "repairer"]

@@ -13,6 +13,7 @@ them on four folds and applies them to the fifth, so no decision touches its own
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -82,7 +83,10 @@ def _binom_logpmf_table(M: int, p: float) -> np.ndarray:
 
 def mixture_loglik(S, M: int, weight_valid: float, rho0: float, rho1: float) -> float:
     """Log-likelihood of S under pi Bin(M, 1-rho1) + (1-pi) Bin(M, rho0) (App. A)."""
-    hist = _histogram(S, M)
+    return _hist_loglik(_histogram(S, M), M, weight_valid, rho1, rho0)
+
+
+def _hist_loglik(hist: np.ndarray, M: int, weight_valid: float, rho1: float, rho0: float) -> float:
     with np.errstate(divide="ignore"):
         lv = np.log(weight_valid) + _binom_logpmf_table(M, 1.0 - rho1)
         li = np.log1p(-weight_valid) + _binom_logpmf_table(M, rho0)
@@ -144,7 +148,10 @@ def binomial_mixture_em(S, M: int, n_restarts: int = 10, seed: int = 0,
         raise ValueError("binomial_mixture_em: empty sample")
     rng = np.random.default_rng(seed)
     starts = rng.uniform([0.1, 0.05, 0.05], [0.9, 0.95, 0.95], size=(n_restarts, 3))
-    ws, p1s, p0s, lls, iters, conv = _em_restarts(hist, M, starts[:, 0], starts[:, 1], starts[:, 2], tol, max_iter)
+    ws, p1s, p0s, _, iters, conv = _em_restarts(hist, M, starts[:, 0], starts[:, 1], starts[:, 2], tol, max_iter)
+    # Rank restarts by the log-likelihood of their final parameters (a restart stopped at
+    # max_iter has moved past the value it last evaluated).
+    lls = np.array([_hist_loglik(hist, M, w_, 1 - p1_, p0_) for w_, p1_, p0_ in zip(ws, p1s, p0s)])
     b = int(np.argmax(lls))
     w, p1, p0, ll, n_iter, converged = float(ws[b]), float(p1s[b]), float(p0s[b]), float(lls[b]), int(iters[b]), bool(conv[b])
     if p0 > p1:                                       # label convention: valid accepts more
@@ -168,7 +175,9 @@ def method_of_moments(S, M: int) -> VoteNoiseFit:
     The factorial moments m_r = E[S(S-1)...(S-r+1)] / (M(M-1)...(M-r+1)) equal the raw
     moments of the two-point mixing distribution {p0, p1}; p0, p1 are the roots of
     x^2 - c1 x + c0 with [m1 -1; m2 -m1][c1 c0]^T = [m2 m3]^T, and pi = (m1 - p0)/(p1 - p0).
-    Needs M >= 3. Degenerate samples (no separation) fall back to p0 = p1 = m1.
+    Needs M >= 3. When the sample is not over-dispersed relative to one binomial (mixing
+    variance <= 0) or the roots leave [0, 1], there is no valid two-point solution and the fit
+    falls back to p0 = p1 = m1 (J = 0).
     """
     if M < 3:
         raise ValueError("method_of_moments needs M >= 3 (three factorial moments)")
@@ -176,18 +185,19 @@ def method_of_moments(S, M: int) -> VoteNoiseFit:
     m1 = np.mean(S) / M
     m2 = np.mean(S * (S - 1)) / (M * (M - 1))
     m3 = np.mean(S * (S - 1) * (S - 2)) / (M * (M - 1) * (M - 2))
-    det = m1 * m1 - m2                                 # = -Var of mixing distribution
-    p0 = p1 = m1
+    det = m1 * m1 - m2                                 # = -Var of the mixing distribution
+    p0 = p1 = float(m1)                                # degenerate fit: no separation
     w = 0.5
-    if abs(det) > 1e-12:
+    if det < -1e-12:                                   # a two-point mixture needs Var > 0
         c1 = (m2 * m1 - m3) / det
         c0 = (m2 * m2 - m1 * m3) / det
         disc = c1 * c1 - 4 * c0
         if disc > 0:
             root = np.sqrt(disc)
-            p1 = float(np.clip((c1 + root) / 2, 0, 1))
-            p0 = float(np.clip((c1 - root) / 2, 0, 1))
-            w = float(np.clip((m1 - p0) / (p1 - p0), 0, 1)) if p1 > p0 else 0.5
+            hi, lo = (c1 + root) / 2, (c1 - root) / 2
+            if 0.0 <= lo < hi <= 1.0:                  # roots outside [0, 1]: moments inconsistent
+                p1, p0 = float(hi), float(lo)
+                w = float(np.clip((m1 - p0) / (p1 - p0), 0, 1))
     n = S.size
     return VoteNoiseFit(rho0=p0, rho1=1 - p1, weight_valid=w, votes_valid=M * n * w,
                         votes_invalid=M * n * (1 - w), method="mom")
@@ -271,6 +281,14 @@ def fit_vote_noise(method: str, S, M: int, y=None, seed: int = 0) -> VoteNoiseFi
     raise ValueError(f"unknown calibration method {method!r}; choose one of {VOTE_METHODS}")
 
 
+def labeled_subset(n: int, max_labels: int | None, seed: int = 0) -> np.ndarray:
+    """Indices of the labeled calibration instances: all of them, or a seeded random subset of
+    ``max_labels`` (App. B: "The calibration stage uses at most 300 labeled samples")."""
+    if max_labels is None or n <= max_labels:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, max_labels, replace=False))
+
+
 def transition_rates(y_before, y_after, max_pairs: int | None = MAX_TRANSITION_PAIRS,
                      seed: int = 0) -> TransitionFit:
     """alpha-hat = freq(invalid -> valid), beta-hat = freq(valid -> invalid) (App. A).
@@ -282,9 +300,8 @@ def transition_rates(y_before, y_after, max_pairs: int | None = MAX_TRANSITION_P
     ya = np.asarray(y_after).astype(bool).ravel()
     if yb.shape != ya.shape:
         raise ValueError("transition_rates: y_before and y_after differ in length")
-    if max_pairs is not None and yb.size > max_pairs:
-        keep = np.sort(np.random.default_rng(seed).choice(yb.size, max_pairs, replace=False))
-        yb, ya = yb[keep], ya[keep]
+    keep = labeled_subset(yb.size, max_pairs, seed)
+    yb, ya = yb[keep], ya[keep]
     n_inv, n_val = int((~yb).sum()), int(yb.sum())
     n_fix, n_break = int((~yb & ya).sum()), int((yb & ~ya).sum())
     alpha = n_fix / n_inv if n_inv else float("nan")
@@ -318,17 +335,22 @@ def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
     if S.shape[1] < 2:
         raise ValueError("calibrate: need at least one repair round to estimate alpha, beta")
     trans = transition_rates(y[:, 0], y[:, 1], max_pairs=max_pairs, seed=seed)
-    n_pi_valid, n_pi = int(y[:, 0].sum()), int(y.shape[0])
-    params = NoiseParams(rho0=_clean(votes.rho0), rho1=_clean(votes.rho1),
-                         alpha=_clean(trans.alpha), beta=_clean(trans.beta),
+    labeled = labeled_subset(y.shape[0], max_pairs, seed)      # the same <= 300 labeled plans
+    n_pi_valid, n_pi = int(y[labeled, 0].sum()), int(labeled.size)
+    params = NoiseParams(rho0=_clean(votes.rho0, "rho0"), rho1=_clean(votes.rho1, "rho1"),
+                         alpha=_clean(trans.alpha, "alpha"), beta=_clean(trans.beta, "beta"),
                          pi=float(np.clip(n_pi_valid / n_pi, 1e-6, 1 - 1e-6)))
     return Calibration(params=params, votes=votes, transitions=trans,
                        n_pi_valid=n_pi_valid, n_pi=n_pi, M=vM)
 
 
-def _clean(x: float) -> float:
-    # A rate with no supporting sample (NaN) is replaced by 0.5, the uninformative value.
-    return 0.5 if np.isnan(x) else float(np.clip(x, 0.0, 1.0))
+def _clean(x: float, name: str) -> float:
+    # A rate with no supporting sample (NaN: e.g. no invalid initial plan in the calibration
+    # folds) cannot be estimated; 0.5 is used and the caller is warned.
+    if np.isnan(x):
+        warnings.warn(f"calibrate: no labeled sample supports {name}; using 0.5", RuntimeWarning, stacklevel=3)
+        return 0.5
+    return float(np.clip(x, 0.0, 1.0))
 
 
 def crossfit_folds(n: int, n_folds: int = 5, seed: int = 0) -> np.ndarray:
@@ -364,7 +386,8 @@ class CrossFit:
 
 def crossfit(S, y, M: int, method: str = "binomial_em", n_folds: int = 5, seed: int = 0,
              vote_rounds: str = "first", n_calib: int | None = None,
-             probe_S=None, probe_y=None, probe_M: int | None = None) -> CrossFit:
+             probe_S=None, probe_y=None, probe_M: int | None = None,
+             max_pairs: int | None = MAX_TRANSITION_PAIRS) -> CrossFit:
     """Five-fold cross-fitting (App. B): fold f is scored with parameters fit on the other folds.
 
     ``n_calib`` subsamples each training set (seeded) for the N_calib ablation (App. I).
@@ -382,7 +405,7 @@ def crossfit(S, y, M: int, method: str = "binomial_em", n_folds: int = 5, seed: 
             train = np.sort(rng.choice(train, n_calib, replace=False))
         fits.append(calibrate(S[train], y[train], M, method=method, seed=seed + f,
                               vote_rounds=vote_rounds, probe_S=probe_S, probe_y=probe_y,
-                              probe_M=probe_M))
+                              probe_M=probe_M, max_pairs=max_pairs))
     return CrossFit(folds=folds, fits=fits)
 
 

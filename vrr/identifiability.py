@@ -59,13 +59,18 @@ def crossfit_intervals(cf: CrossFit, eta: float = 0.05) -> dict[str, tuple[np.nd
                    np.array([iv[name][1] for iv in per_fold])[cf.folds]) for name in PARAM_NAMES}
 
 
-def error_radius(S, M: int, point: dict, intervals: dict, tau: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def error_radius(S, M: int, point: dict, intervals: dict) -> tuple[np.ndarray, np.ndarray]:
     """Error radius B_k (App. A "Error Radius and Sample Complexity").
 
     Propagates the parameter intervals through the belief recursion (Eq. 5 and the predict
     step) and G_k (Eq. 6): for each of the 2^5 corners of the interval box the whole filter is
     re-run, and B_k is the largest |G_k(corner) - G-hat_k|. ``point`` and ``intervals`` map
     parameter names to scalars / per-instance arrays (lo, hi). Returns (G-hat, B), both [N, K+1].
+
+    As in the paper, only the corners are searched. The posterior is not monotone in rho0, rho1
+    (the sign of d b / d rho0 depends on whether S > M rho0), so the worst case can lie inside
+    the box and B_k can fall short of its nominal coverage; the coverage test in
+    tests/test_stats_data_identifiability.py measures it on simulated data.
     """
     def g_of(params):
         b, _ = filter_beliefs(S, M, params["rho0"], params["rho1"], params["alpha"],

@@ -133,7 +133,7 @@ def table_ablations(res: Results, out_dir: Path) -> dict[str, list[dict]]:
                         out_dir / "ablation_delta", caption="Retention-margin ablation (App. I).")
     if out["n_calib"]:
         rep.write_table(out["n_calib"], [("setting", "Setting"), ("n_calib", "N_calib"),
-                                         ("agreement_with_full", "Agreement"), ("flip_rate_vs_tpm", "Flip rate vs TPM"),
+                                         ("agreement_with_full", "Agreement"), ("disagreement_with_tpm", "Disagreement with TPM"),
                                          ("abs_gap_to_tpm", "|gap to TPM|")],
                         out_dir / "ablation_n_calib", caption="Calibration-sample-size sensitivity (App. I).")
     if out["method"]:

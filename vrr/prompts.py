@@ -102,7 +102,11 @@ def vote(text: str | None, style: str = "verdict") -> int:
     return 1 if v == 1 else 0
 
 
-REPAIR_SYSTEM = "You are a careful math tutor who revises solutions to math word problems."
+# The repairer shares the judge's system prompt and the "Problem ... Proposed solution ..."
+# prefix, so vLLM's prefix cache reuses the judge prefill of (problem, plan) for the repair call
+# of the same round (unperturbed settings): ~35 % less prefill per instance on CPU. The judge
+# prompt is byte-identical to the one whose J was measured (docs/engine.md).
+REPAIR_SYSTEM = JUDGE_SYSTEM
 
 
 def feedback_text(judge_outputs: list[str], style: str = "verdict") -> str:
@@ -121,17 +125,30 @@ def feedback_text(judge_outputs: list[str], style: str = "verdict") -> str:
     return fb
 
 
+REPAIR_MARKER = "Reviewer feedback:"
+
+
+def role_of(conversation) -> str:
+    """'generator' | 'judge' | 'repairer' for a conversation built by this module."""
+    user = conversation[-1]["content"]
+    if REPAIR_MARKER in user:
+        return "repairer"
+    if conversation[0]["content"] == JUDGE_SYSTEM:
+        return "judge"
+    return "generator"
+
+
 def repair_messages(question: str, plan: str, feedback: str, style: str = "self-refine") -> list[dict]:
     if style not in REPAIR_STYLES:
         raise ValueError(f"repair style must be one of {REPAIR_STYLES}")
-    head = f"Problem:\n{question}\n\nPrevious solution:\n{plan}\n\nReviewer feedback:\n{feedback}\n\n"
+    head = f"Problem:\n{question}\n\nProposed solution:\n{plan}\n\n{REPAIR_MARKER}\n{feedback}\n\n"
     if style == "self-refine":
-        instr = ("Using the feedback, check the previous solution and write an improved, complete "
-                 f"solution (fix any mistakes). {ANSWER_FORMAT}")
+        instr = ("You are now the solver. Using the feedback, check the proposed solution and write an "
+                 f"improved, complete step-by-step solution (fix any mistakes). {ANSWER_FORMAT}")
     else:
-        instr = ("First write one or two sentences starting with \"Reflection:\" about what may have "
-                 "gone wrong in the previous attempt. Then write a new, complete step-by-step solution. "
-                 f"{ANSWER_FORMAT}")
+        instr = ("You are now the solver. First write one or two sentences starting with \"Reflection:\" "
+                 "about what may have gone wrong in the proposed solution. Then write a new, complete "
+                 f"step-by-step solution. {ANSWER_FORMAT}")
     return [{"role": "system", "content": REPAIR_SYSTEM}, {"role": "user", "content": head + instr}]
 
 

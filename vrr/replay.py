@@ -50,8 +50,10 @@ class ReplayResult:
     tpm_source: str
     extras: dict = field(default_factory=dict)
 
-    def summary(self, n_resamples: int = N_RESAMPLES, seed: int | None = None, reference: str = TPM) -> list[dict]:
+    def summary(self, n_resamples: int = N_RESAMPLES, seed: int | None = None, reference: str | None = TPM) -> list[dict]:
         rounds = {k: o.rounds_used for k, o in self.outcomes.items()}
+        if reference not in self.outcomes:
+            reference = None
         rows = policy_table(self.validity, rounds, reference=reference, n_resamples=n_resamples,
                             seed=self.config.seed if seed is None else seed)
         for row in rows:
@@ -68,7 +70,7 @@ def _tpm_params(setting: Setting, config: ReplayConfig) -> tuple[dict, str]:
         return {k: float(truth[k]) for k in ("rho0", "rho1", "alpha", "beta", "pi")}, "true parameters"
     # Labeled oracle: labeled MLE on all rounds of the other folds, same fold split.
     cf = crossfit(setting.S, setting.y, setting.M, method="labeled_mle", n_folds=config.n_folds,
-                  seed=config.seed, vote_rounds="all")
+                  seed=config.seed, vote_rounds="all", max_pairs=None)
     return cf.as_kwargs(), "labeled estimates (cross-fit)"
 
 
@@ -130,7 +132,7 @@ def replay(setting: Setting, config: ReplayConfig = ReplayConfig(),
         elif name == "VRR-Guard":
             out[name] = P.vrr_guard(S, config.delta)
         elif name == "Algorithm 1":
-            _, radius = error_radius(S, M, est, crossfit_intervals(cf, config.eta), config.tau)
+            _, radius = error_radius(S, M, est, crossfit_intervals(cf, config.eta))
             stop_mode, diags = _j_stop_mode(setting, cf.folds, config)
             extras["j_diagnostic_per_fold"] = diags
             extras["error_radius_mean"] = float(radius.mean())
