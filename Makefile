@@ -86,7 +86,7 @@ models: engine-env
 test: env engine-env
 	$(MAKE) models MODELS=smollm2-135m
 	VRR_ENGINE_PYTHON=$(ENGINE_PY) VRR_REQUIRE_ENGINE=1 $(PY) -m pytest -q -m "not engine" tests
-	VRR_REQUIRE_ENGINE=1 $(ENGINE_PY) -m pytest -q -m engine tests
+	VRR_REQUIRE_ENGINE=1 $(ENGINE_PY) -m pytest -q -m engine tests/test_engine_real.py
 
 test-fast: env
 	$(PY) -m pytest -q -m "not engine and not chain" tests
