@@ -1,0 +1,30 @@
+"""Keep benchmark problem texts out of committed files.
+
+Generated plans sometimes restate the problem verbatim. Trajectories refer to problems by
+dataset, split and index; any long verbatim copy of the problem inside a stored text is
+replaced by a marker before it is written. Labels and votes are computed before redaction, so
+nothing downstream changes.
+"""
+from __future__ import annotations
+
+from difflib import SequenceMatcher
+
+MARKER = "[problem text elided]"
+MIN_CHARS = 30
+
+
+def redact_problem_text(text: str, problem: str, min_chars: int = MIN_CHARS) -> str:
+    """Replace every run of at least ``min_chars`` characters shared with ``problem`` by MARKER."""
+    if not text or not problem:
+        return text
+    while True:
+        matcher = SequenceMatcher(None, text, problem, autojunk=False)
+        match = matcher.find_longest_match(0, len(text), 0, len(problem))
+        if match.size < min_chars:
+            return text
+        text = text[:match.a] + MARKER + text[match.a + match.size:]
+
+
+def contains_problem_text(text: str, problems, prefix_chars: int = 60) -> list[int]:
+    """Indices of problems whose first ``prefix_chars`` characters occur verbatim in ``text``."""
+    return [i for i, p in enumerate(problems) if len(p) >= prefix_chars and p[:prefix_chars] in text]
