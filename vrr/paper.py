@@ -20,11 +20,24 @@ PAPER_POLICY_ORDER = ["No repair", "Majority stopping", "ConfStop-0.85", "Fixed 
                       "TPM reference", "Hindsight best"]
 
 
+# Row order of the paper's tables (Table "loop-dynamics"); other runs follow in given order.
+PAPER_ROW_ORDER = ["qwen3b_favorable", "qwen3b_pmstress", "qwen7b_pmstress", "mistral7b_pmstress",
+                   "llama3_8b_pmstress", "math500", "bfcl_single", "bfcl_multi"]
+
+
+def _row_key(run: str) -> tuple:
+    for i, key in enumerate(PAPER_ROW_ORDER):
+        if run.endswith(key):
+            return (0 if run.startswith("sim_") else 1, i, run)
+    return (2, 0, run)
+
+
 class Results:
     """Read access to results/<run>/{calibration,stats}.json for a list of runs."""
 
     def __init__(self, results_root: str | Path, runs: Sequence[str]):
         self.root = Path(results_root)
+        runs = sorted(runs, key=_row_key)
         self.runs = [r for r in runs if (self.root / r / "stats.json").is_file()]
         self.missing = [r for r in runs if r not in self.runs]
         self.stats = {r: read_json(self.root / r / "stats.json") for r in self.runs}
