@@ -11,11 +11,11 @@ GSM8K = REPO.parent / "shared" / "data" / "gsm8k"
 
 
 def test_redaction_removes_verbatim_copies_and_keeps_the_rest():
-    problem = "Kylar went to the store to buy glasses for his new apartment. One glass costs $5, but every second glass costs only 60% of the price."
-    plan = ("Restating: Kylar went to the store to buy glasses for his new apartment. One glass costs $5. "
-            "So 16 glasses cost 8 * 5 + 8 * 3 = 64. The answer is 64.")
+    problem = "Mira walks to the harbour to buy lanterns for her new boat. One lantern costs $5, but every second lantern is 40% off."
+    plan = ("Restating: Mira walks to the harbour to buy lanterns for her new boat. One lantern costs $5. "
+            "So 16 lanterns cost 8 * 5 + 8 * 3 = 64. The answer is 64.")
     out = redact_problem_text(plan, problem)
-    assert MARKER in out and "Kylar went to the store" not in out
+    assert MARKER in out and "Mira walks to the harbour" not in out
     assert out.endswith("The answer is 64.")
     assert redact_problem_text("The answer is 64.", problem) == "The answer is 64."
 

@@ -94,23 +94,34 @@ def generate(cfg: dict, paths: SettingPaths, n: int | None = None, seed: int | N
 def run_engine_generation(cfg: dict, paths: SettingPaths, engine_python: str | None = None,
                           model: str | None = None, verifier: str | None = None, backend: str = "auto",
                           n: int | None = None, seed: int | None = None, extra_args: tuple[str, ...] = ()) -> None:
-    """Run ``python -m vrr.generation`` (resumable) then ``python -m vrr.labeling`` in the engine's
-    interpreter. vLLM runs in its own process, never inside a notebook kernel."""
-    python = engine_python or os.environ.get("VRR_ENGINE_PYTHON") or sys.executable
+    """Run (or resume) ``python -m vrr.generation`` in the engine's interpreter, then relabel
+    with ``python -m vrr.labeling``. vLLM runs in its own process, never inside a notebook kernel.
+
+    The generation presets (``vrr.generation.PRESETS``) hold the task protocol; the setting's
+    ``engine`` block picks the preset, model and backend. One model plays generator, judge and
+    repairer, as in the paper's LLM-judge settings.
+    """
+    if cfg["task"] != "gsm8k":
+        raise NotImplementedError(f"{cfg['_path']}: field 'task': generation is implemented for gsm8k only, "
+                                  f"not {cfg['task']!r}")
     engine = cfg.get("engine", {})
-    args = ["--preset", cfg["name"], "--setting", paths.run, "--out-root", str(paths.data_dir.parent),
-            "--backend", backend or engine.get("backend", "auto")]
+    if verifier and verifier != (model or engine.get("model")):
+        raise NotImplementedError("a judge model different from the generator is not supported by the engine yet")
+    python = engine_python or os.environ.get("VRR_ENGINE_PYTHON") or sys.executable
+    args = ["--preset", engine.get("preset", cfg["name"]), "--setting", paths.run,
+            "--out-root", str(paths.data_dir.parent), "--backend", backend or engine.get("backend", "auto")]
     if model or engine.get("model"):
         args += ["--model", model or engine["model"]]
-    if verifier or engine.get("judge_model"):
-        args += ["--judge-model", verifier or engine["judge_model"]]
+    if engine.get("judge_style"):
+        args += ["--judge-style", engine["judge_style"]]
     if n is not None:
         args += ["--n", str(n)]
     if seed is not None:
         args += ["--seed", str(seed)]
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    for module, module_args in (("vrr.generation", args + list(extra_args)),
-                                ("vrr.labeling", ["--setting", paths.run, "--out-root", str(paths.data_dir.parent)])):
+    for module, module_args in (("vrr.generation", args + list(extra_args)), ("vrr.labeling", [str(paths.data_dir)])):
         proc = subprocess.run([python, "-m", module, *module_args], cwd=REPO, env=env)
         if proc.returncode != 0:
             raise RuntimeError(f"{module} failed for {paths.run} (exit {proc.returncode}); rerun to resume")
+    if not paths.arrays.is_file():
+        raise RuntimeError(f"{paths.arrays}: generation stopped before the window was complete; rerun to resume")
