@@ -21,7 +21,7 @@ SEED ?= 0
 MODEL ?=
 VERIFIER ?=
 ifneq ($(strip $(MODEL)$(VERIFIER)),)
-RESULTS ?= results/swap-$(subst /,_,$(MODEL))-$(subst /,_,$(VERIFIER))
+RESULTS ?= results/swap$(if $(MODEL),-gen-$(subst /,_,$(MODEL)))$(if $(VERIFIER),-judge-$(subst /,_,$(VERIFIER)))
 endif
 RESULTS ?= results
 N ?=
