@@ -47,6 +47,7 @@ def main() -> int:
     ap.add_argument("--judge-tokens", type=int, default=32)
     ap.add_argument("--start", type=int, default=1000, help="GSM8K test index of the first prompt")
     ap.add_argument("--dtype", default=None, help="engine dtype (default: backend's choice)")
+    ap.add_argument("--no-eager", action="store_true", help="enforce_eager=False (compiles at start)")
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
 
@@ -58,10 +59,13 @@ def main() -> int:
 
     res = {"model": a.model, "env": {k: v for k, v in os.environ.items() if k.startswith(("VLLM_CPU", "OMP_"))}}
     kw = {"dtype": a.dtype} if a.dtype else {}
+    if a.no_eager:
+        kw["enforce_eager"] = False
     eng = make_engine(a.model, backend=a.backend, seed=0, max_model_len=4096, **kw)
     res["load_seconds"] = round(eng.load_seconds, 1)
     res["backend"] = eng.backend
     res["dtype"] = eng.config.get("dtype")
+    res["enforce_eager"] = eng.config.get("enforce_eager")
     print(f"load: {eng.load_seconds:.1f} s  (backend {eng.backend}, {eng.model_path})", flush=True)
     llm = eng.llm
     probs = gsm8k.load_gsm8k("test")[a.start:a.start + a.prompts]

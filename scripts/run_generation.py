@@ -10,6 +10,9 @@ Examples::
 
     # the CPU runs of this repository (favorable first: it also produces the shared probe)
     python scripts/run_generation.py gsm8k_cpu_favorable gsm8k_cpu_pmstress
+    # round-robin in chunks of 20 instances so that every setting (and the probe) advances
+    # together in a session of limited length; rerun the same command to resume
+    python scripts/run_generation.py --chunk 20 gsm8k_cpu_favorable gsm8k_cpu_pmstress
     # a GPU user with the paper's model (online): same presets, another model and name
     python scripts/run_generation.py gsm8k_cpu_favorable -- --model Qwen/Qwen2.5-3B-Instruct \\
         --backend vllm --setting gsm8k_gpu_qwen3b_favorable
@@ -17,6 +20,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -32,26 +36,68 @@ def main() -> int:
     ap.add_argument("presets", nargs="+", help="preset names (vrr.generation.PRESETS)")
     ap.add_argument("--python", default=str(DEFAULT_VENV_PY) if DEFAULT_VENV_PY.exists() else sys.executable)
     ap.add_argument("--log-dir", default="/work/gen_logs" if os.access("/work", os.W_OK) else str(REPO / "gen_logs"))
-    ap.add_argument("extra", nargs=argparse.REMAINDER, help="after --: passed to vrr.generation")
-    a = ap.parse_args()
-    extra = [x for x in a.extra if x != "--"]
+    ap.add_argument("--chunk", type=int, default=0,
+                    help="round-robin: at most this many new instances per setting and turn (0: run each to the end)")
+    ap.add_argument("--out-root", default=str(REPO / "data" / "real"))
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []  # after --: passed to vrr.generation
+    a = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     Path(a.log_dir).mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                PYTHONUNBUFFERED="1")
     env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    rc_all = 0
-    for name in a.presets:
+    extra += ["--out-root", a.out_root]
+
+    def run(name, more=()):
         log = Path(a.log_dir) / f"{name}.log"
-        cmd = [a.python, "-m", "vrr.generation", "--preset", name, *extra]
+        cmd = [a.python, "-m", "vrr.generation", "--preset", name, *extra, *more]
         print(f"[run_generation] {' '.join(cmd)}  (log {log})", flush=True)
         t0 = time.time()
         with open(log, "a") as f:
             f.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
             f.flush()
             rc = subprocess.call(cmd, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT)
-        print(f"[run_generation] {name}: exit {rc} after {time.time() - t0:.0f} s", flush=True)
-        rc_all = rc_all or rc
-    return rc_all
+        print(f"[run_generation] {name} {' '.join(more)}: exit {rc} after {time.time() - t0:.0f} s", flush=True)
+        return rc
+
+    if a.chunk <= 0:
+        rc_all = 0
+        for name in a.presets:
+            rc_all = rc_all or run(name)
+        return rc_all
+
+    def remaining(name, phase):
+        d = Path(a.out_root) / name
+        cfgp = d / "config.json"
+        if not cfgp.exists():
+            return None  # not started yet
+        cfg = json.loads(cfgp.read_text())
+        part = d / ("probe.part.jsonl" if phase == "probe" else "trajectories.part.jsonl")
+        done = len({json.loads(l)["index"] for l in part.read_text().splitlines() if l.strip().endswith("}")}) \
+            if part.exists() else 0
+        total = cfg["n"] if phase == "traj" else (0 if cfg.get("probe_from") else cfg.get("probe_n", 0))
+        return max(0, total - done)
+
+    # turns: each setting's trajectories; the probe of settings that own one
+    turns = [(n, "traj") for n in a.presets] + [(n, "probe") for n in a.presets]
+    while True:
+        progressed = False
+        for name, phase in turns:
+            rem = remaining(name, phase)
+            if rem == 0:
+                continue
+            # probe plans are ~6x cheaper than 6-round trajectories: bigger turns amortise the load
+            lim = a.chunk * (4 if phase == "probe" else 1)
+            rc = run(name, ("--phase", phase, "--limit", str(lim)))
+            if rc != 0:
+                return rc
+            progressed = True
+        if not progressed:
+            break
+    # final pass: compress finished files and write arrays (probe may come from another setting)
+    for name in a.presets:
+        run(name, ("--finalize-only",))
+    return 0
 
 
 if __name__ == "__main__":

@@ -28,3 +28,22 @@ def redact_problem_text(text: str, problem: str, min_chars: int = MIN_CHARS) -> 
 def contains_problem_text(text: str, problems, prefix_chars: int = 60) -> list[int]:
     """Indices of problems whose first ``prefix_chars`` characters occur verbatim in ``text``."""
     return [i for i, p in enumerate(problems) if len(p) >= prefix_chars and p[:prefix_chars] in text]
+
+
+def redact_record(record: dict, problem_text: str, extract_answer) -> dict:
+    """A trajectory or probe record with every plan and judge output redacted against the
+    problem text. Each plan's extracted final answer is stored first (``answer``), so labels
+    are computed from exactly what the model wrote."""
+    def clean_round(rd: dict) -> dict:
+        rd = dict(rd)
+        if "plan" in rd:
+            rd.setdefault("answer", extract_answer(rd["plan"]))
+            rd["plan"] = redact_problem_text(rd["plan"], problem_text)
+        if "judge" in rd:
+            rd["judge"] = [redact_problem_text(t, problem_text) for t in rd["judge"]]
+        return rd
+
+    out = clean_round(record)
+    if "rounds" in out:
+        out["rounds"] = [clean_round(rd) for rd in out["rounds"]]
+    return out

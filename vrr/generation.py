@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
 
 from . import prompts
+from .benchmark_text import redact_record
 from .tasks import gsm8k
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -215,6 +216,12 @@ def unique_by_index(records: list[dict]) -> list[dict]:
 
 
 # --------------------------------------------------------------------------- protocol
+def _redacted(record: dict) -> dict:
+    """Records are stored without verbatim copies of the problem text (vrr.benchmark_text)."""
+    problem = gsm8k.get_problem(record["split"], record["index"]).question
+    return redact_record(record, problem, gsm8k.extract_answer)
+
+
 def _clip(plan: str) -> str:
     return plan if len(plan) <= MAX_PLAN_CHARS else plan[:MAX_PLAN_CHARS] + "\n[...]"
 
@@ -402,7 +409,7 @@ def generate(cfg: GenConfig, engine: ChatEngine | None = None, out_root: Path | 
             for b in range(0, len(todo_p), bs):
                 batch = todo_p[b:b + bs]
                 recs = run_probe_batch(engine, cfg, batch, batch_id=len(done_p) // bs + b // bs)
-                append_records(paths.probe_part, recs)
+                append_records(paths.probe_part, [_redacted(r) for r in recs])
                 session["probe_plans"] += len(recs)
                 session["seconds"] = round(time.time() - t_start, 1)
                 _update_meta(paths, cfg, engine, session)
@@ -415,7 +422,7 @@ def generate(cfg: GenConfig, engine: ChatEngine | None = None, out_root: Path | 
             for b in range(0, len(todo_t), bs):
                 batch = todo_t[b:b + bs]
                 recs = run_batch(engine, cfg, batch, batch_id=len(done_t) // bs + b // bs)
-                append_records(paths.traj_part, recs)
+                append_records(paths.traj_part, [_redacted(r) for r in recs])
                 session["instances"] += len(recs)
                 session["seconds"] = round(time.time() - t_start, 1)
                 _update_meta(paths, cfg, engine, session)

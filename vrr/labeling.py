@@ -26,6 +26,14 @@ def _gold(split: str, index: int) -> str:
     return gsm8k.get_problem(split, index).gold
 
 
+def _label_round(rd: dict, gold: str) -> int:
+    """Exact match of the plan's final answer; ``answer`` was extracted before the stored text
+    was redacted (vrr.benchmark_text), older records fall back to the text itself."""
+    if "answer" in rd:
+        return int(gsm8k.is_correct(rd["answer"], gold))
+    return gsm8k.label(rd["plan"], gold)
+
+
 def label_records(records: Sequence[dict], judge_style: str, M: int) -> tuple[np.ndarray, np.ndarray, dict]:
     """(S [N,K+1], y [N,K+1], stats) from trajectory records (all with the same K)."""
     if not records:
@@ -47,7 +55,7 @@ def label_records(records: Sequence[dict], judge_style: str, M: int) -> tuple[np
             parsed = [prompts.parse_verdict(t, judge_style) for t in outs]
             unparsable += sum(p is None for p in parsed)
             S[i, k] = sum(p == 1 for p in parsed)
-            y[i, k] = gsm8k.label(rd["plan"], gold)
+            y[i, k] = _label_round(rd, gold)
             truncated += int(rd.get("finish") == "length")
     stats = {"judge_unparsable_frac": unparsable / float(N * K1 * M),
              "plans_truncated_frac": truncated / float(N * K1)}
@@ -60,7 +68,7 @@ def label_probe(records: Sequence[dict], judge_style: str) -> tuple[np.ndarray, 
     pm = len(records[0]["votes"] if "votes" in records[0] else records[0]["judge"])
     S = np.array([sum(prompts.parse_verdict(t, judge_style) == 1 for t in r["judge"]) for r in records],
                  dtype=np.int64)
-    y = np.array([gsm8k.label(r["plan"], _gold(r["split"], r["index"])) for r in records], dtype=np.int8)
+    y = np.array([_label_round(r, _gold(r["split"], r["index"])) for r in records], dtype=np.int8)
     return S, y, pm
 
 
