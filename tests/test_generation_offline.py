@@ -9,7 +9,7 @@ import pytest
 
 from vrr import prompts
 from vrr.data import load_setting
-from vrr.generation import GenConfig, generate, read_part, preset_config, append_records
+from vrr.generation import GenConfig, generate, read_part, preset_config
 from vrr.tasks import gsm8k
 
 
