@@ -283,3 +283,37 @@ def findings_markdown(policy_rows: list[dict], paired_rows: list[dict], label: s
         lines.append(f"- VRR-Guard commits plans of validity {g:.3f}, {pp(g - none)} vs no repair"
                      f"{paired('VRR-Guard vs No repair')}; vs VRR-Stop {pp(g - stop)}.")
     return "\n".join(lines)
+
+
+def setting_statistics(arrays: Setting, replay_saved: dict, n_resamples: int = N_RESAMPLES, seed: int = 0,
+                       peak_round: int | None = None, ablations: dict | None = None) -> dict:
+    """Everything 05_stats reports for one setting: the policy table with bootstrap CIs and
+    paired tests against TPM, the App. G paired comparisons, the median TPM decision margin
+    (RQ3 marker), optional interior-peak rows (RQ1) and App. I ablations.
+
+    ``ablations`` maps "deltas", "n_calib", "methods" to the sweep values (None: no ablations).
+    """
+    from .stats import policy_table
+
+    config = ReplayConfig(**replay_saved["config"])
+    stats = {
+        "setting": replay_saved["setting"],
+        "policy_table": policy_table(replay_saved["validity"], replay_saved["rounds_used"], reference=TPM,
+                                     n_resamples=n_resamples, seed=seed),
+        "paired": paired_comparisons(replay_saved["validity"], n_resamples=n_resamples, seed=seed),
+        "median_margin": median_decision_margin(arrays, config),
+        "n_resamples": n_resamples,
+        "tpm_source": replay_saved["tpm_source"],
+    }
+    for row in stats["policy_table"]:
+        row["mean_committed_round"] = float(replay_saved["committed"][row["policy"]].mean())
+    if peak_round is not None:
+        stats["paired"] += [round_vs_round(arrays.y, peak_round, arrays.k_max, n_resamples, seed),
+                            round_vs_round(arrays.y, 0, arrays.k_max, n_resamples, seed)]
+    if ablations:
+        stats["ablations"] = {
+            "delta_sweep": delta_sweep(arrays, ablations["deltas"], config),
+            "n_calib_sweep": n_calib_sweep(arrays, ablations["n_calib"], config),
+            "calibration_input": calibration_input_sweep(arrays, ablations["methods"], config),
+        }
+    return stats

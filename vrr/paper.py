@@ -192,3 +192,12 @@ def probe_figure_inputs(res: Results, run: str, data_root: str | Path = "data"):
         return None
     return (setting.probe_S / setting.probe_M, setting.probe_y, cal["probe"]["em_accept_valid"],
             cal["probe"]["em_accept_invalid"], f"{res.label(run)}: probe N={setting.probe_S.size}, M={setting.probe_M}")
+
+
+def flip_region_rates(j_values, delta_edges, flips, decisions) -> tuple[float, float]:
+    """RQ3 summary: flip rate where J <= 0.15 and Delta <= 0.10, and where J >= 0.4 or Delta >= 0.30."""
+    j_values, delta_edges = np.asarray(j_values), np.asarray(delta_edges)
+    low = (j_values <= 0.15)[:, None] & (delta_edges[1:] <= 0.10)[None, :]
+    safe = (j_values >= 0.4)[:, None] | (delta_edges[:-1] >= 0.30)[None, :]
+    return (float(flips[low].sum() / max(decisions[low].sum(), 1)),
+            float(flips[safe].sum() / max(decisions[safe].sum(), 1)))
