@@ -124,7 +124,9 @@ reproduce: env
 	echo "make reproduce: $$(( $$(date +%s) - start )) s wall time for $(words $(SETTINGS)) settings -> $(RESULTS)/README.md"
 
 # ------------------------------------------------------------------ real trajectories (LLM engine)
+GEN_MODELS ?= qwen2.5-coder-0.5b
 generate: engine-env
+	$(MAKE) --no-print-directory models MODELS="$(GEN_MODELS)"
 	@for s in $(SETTINGS); do \
 	  $(PAPERMILL) notebooks/01_generate.ipynb $(RESULTS)/$$s/01_generate.ipynb -p setting $$s -p run_engine True \
 	    -p engine_python $(ENGINE_PY) -p data_root $(DATA) -p results_root $(RESULTS) \
