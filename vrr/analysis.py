@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from .atomic import atomic_write
 from .belief import boundary
 from .calibration import binomial_mixture_em, calibrate, crossfit, labeled_mle
 from .data import Setting
@@ -22,13 +22,7 @@ from .stats import N_RESAMPLES, mcnemar_exact, paired_bootstrap
 # ---------------------------------------------------------------- result files (atomic)
 def write_json(path: str | os.PathLike, obj) -> Path:
     """Write JSON atomically (temporary name, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(obj, fh, indent=2, sort_keys=False, default=_json_default)
-    os.replace(tmp, path)
-    return path
+    return atomic_write(path, lambda fh: json.dump(obj, fh, indent=2, default=_json_default))
 
 
 def read_json(path: str | os.PathLike):
@@ -50,8 +44,6 @@ def _json_default(x):
 
 def save_replay(path: str | os.PathLike, result: ReplayResult) -> Path:
     """Per-instance outcomes of every policy, [P, N] arrays, for paired tests downstream."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     names = list(result.outcomes)
     arrays = {
         "committed": np.stack([result.outcomes[k].committed for k in names]),
@@ -62,11 +54,7 @@ def save_replay(path: str | os.PathLike, result: ReplayResult) -> Path:
                                        "config": result.config.as_dict(), "tpm_source": result.tpm_source,
                                        "extras": result.extras}, default=_json_default)),
     }
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "wb") as fh:
-        np.savez_compressed(fh, **arrays)
-    os.replace(tmp, path)
-    return path
+    return atomic_write(path, lambda fh: np.savez_compressed(fh, **arrays), binary=True)
 
 
 def load_replay(path: str | os.PathLike) -> dict:

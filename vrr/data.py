@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from .atomic import atomic_write
 
 REQUIRED_FIELDS = ("S", "y", "M", "meta")
 OPTIONAL_FIELDS = ("probe_S", "probe_M", "probe_y")
@@ -127,8 +128,6 @@ def validate(setting: Setting, source: str | os.PathLike = "<in-memory setting>"
 def save_setting(path: str | os.PathLike, setting: Setting) -> Path:
     """Write a setting as one ``.npz`` file atomically (temporary name, then rename)."""
     validate(setting, source=path)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     arrays: dict[str, np.ndarray] = {
         "S": setting.S.astype(np.int16),
         "y": setting.y.astype(np.int8),
@@ -140,15 +139,7 @@ def save_setting(path: str | os.PathLike, setting: Setting) -> Path:
         arrays["probe_M"] = np.asarray(setting.probe_M, dtype=np.int64)
         if setting.probe_y is not None:
             arrays["probe_y"] = setting.probe_y.astype(np.int8)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez_compressed(fh, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write(path, lambda fh: np.savez_compressed(fh, **arrays), binary=True)
 
 
 def load_setting(path: str | os.PathLike) -> Setting:

@@ -3,8 +3,9 @@ settings that made it, and lists the executed notebooks per setting."""
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
+
+from .atomic import atomic_write
 
 MAKERS = {
     "tables/stopping_": "05_stats (per setting), gathered by 06_figures",
@@ -32,10 +33,4 @@ def write_index(results_root: str | os.PathLike, made: dict[str, str]) -> Path:
             links = ", ".join(f"[{p.stem}]({run_dir.name}/{p.name})" for p in nbs)
             lines.append(f"- **{run_dir.name}**: {links}")
     lines.append("")
-    root.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=root, prefix=".README.md.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write("\n".join(lines))
-    path = root / "README.md"
-    os.replace(tmp, path)
-    return path
+    return atomic_write(root / "README.md", lambda fh: fh.write("\n".join(lines)))

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import csv
 import os
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -13,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from .atomic import atomic_write  # noqa: E402
 from .belief import boundary, gain  # noqa: E402
 
 plt.rcParams.update({"figure.dpi": 150, "savefig.dpi": 200, "font.size": 8, "axes.titlesize": 8,
@@ -44,7 +44,7 @@ def write_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]], stem: 
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     csv_path, tex_path = stem.with_suffix(".csv"), stem.with_suffix(".tex")
-    _atomic_write(csv_path, lambda fh: _csv(fh, rows, columns))
+    atomic_write(csv_path, lambda fh: _csv(fh, rows, columns))
     lines = ["\\begin{table}[t]", "\\centering", "\\small"]
     if caption:
         lines.append(f"\\caption{{{_tex_escape(caption)}}}")
@@ -53,7 +53,7 @@ def write_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]], stem: 
     for row in rows:
         lines.append(" & ".join(_tex_escape(_fmt(row.get(k), digits)) for k, _ in columns) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
-    _atomic_write(tex_path, lambda fh: fh.write("\n".join(lines)))
+    atomic_write(tex_path, lambda fh: fh.write("\n".join(lines)))
     return csv_path, tex_path
 
 
@@ -68,13 +68,6 @@ def _tex_escape(text: str) -> str:
     for a, b in (("\\", "\\textbackslash{}"), ("&", "\\&"), ("%", "\\%"), ("_", "\\_"), ("#", "\\#")):
         text = text.replace(a, b)
     return text.replace("<K>", "$\\langle K\\rangle$")
-
-
-def _atomic_write(path: Path, writer) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", newline="") as fh:
-        writer(fh)
-    os.replace(tmp, path)
 
 
 def read_csv(path: str | os.PathLike) -> list[dict]:
