@@ -133,6 +133,28 @@ def test_partial_arrays_and_limit(tmp_path):
     assert paths.arrays.exists() and not paths.arrays_partial.exists()
 
 
+def test_freeze_prefix_then_extend(tmp_path):
+    """A run planned for n=10 is frozen at its first 4 instances, then extended to all 10."""
+    from vrr.generation import Paths, finalize_setting
+
+    paths = generate(small_cfg(), engine=FakeEngine(), out_root=tmp_path, limit=6 + 6, progress=False)
+    assert len(read_part(paths.traj_part)) == 6 and not paths.arrays.exists()  # 6 probe plans + 6 instances
+    assert finalize_setting(small_cfg(n=4, probe_n=5), Paths(tmp_path, "t_fav"), out_root=tmp_path) == "complete"
+    frozen = load_setting(paths.arrays)
+    assert frozen.S.shape == (4, 3) and frozen.meta["indices"] == [0, 1, 2, 3]
+    assert frozen.meta["probe"]["indices"] == list(range(5))
+    assert json.loads(paths.config.read_text())["n"] == 4  # config.json records the frozen window
+    with gzip.open(paths.traj, "rt") as f:
+        assert [json.loads(l)["index"] for l in f] == [0, 1, 2, 3]
+    # extending: the 6 finished instances are kept, only 4 more are generated
+    before = read_part(paths.traj_part)
+    generate(small_cfg(), engine=FakeEngine(), out_root=tmp_path, progress=False)
+    after = read_part(paths.traj_part)
+    assert after[:6] == before and sorted(r["index"] for r in after) == list(range(10))
+    assert load_setting(paths.arrays).S.shape == (10, 3)
+    assert json.loads(paths.config.read_text())["n"] == 10
+
+
 def test_config_change_refused_on_resume(tmp_path):
     generate(small_cfg(), engine=FakeEngine(), out_root=tmp_path, limit=2, progress=False)
     with pytest.raises(SystemExit):

@@ -329,17 +329,25 @@ class Paths:
 
 
 _RESUME_KEYS_IGNORED = {"batch_size", "backend", "notes", "max_model_len"}
+# The window LENGTH may change between runs: every instance runs the same per-instance protocol
+# whatever the window's length, so a run can be frozen at a prefix (``--n 100 --finalize-only``)
+# and extended later (``--n 200``). config.json records the latest window.
+_WINDOW_KEYS = {"n", "probe_n"}
 
 
 def check_config(paths: Paths, cfg: GenConfig) -> None:
-    """Write config.json on first run; on resume refuse a config that changes the protocol."""
+    """Write config.json on first run; on resume refuse a config that changes the protocol
+    (anything but the batch size, backend, notes and the window lengths ``n``/``probe_n``)."""
     new = cfg.to_json()
     if paths.config.exists():
         old = json.loads(paths.config.read_text())
-        diff = {k for k in set(old) | set(new) if k not in _RESUME_KEYS_IGNORED and old.get(k) != new.get(k)}
+        ignored = _RESUME_KEYS_IGNORED | _WINDOW_KEYS
+        diff = {k for k in set(old) | set(new) if k not in ignored and old.get(k) != new.get(k)}
         if diff:
             raise SystemExit(f"{paths.config} differs from the requested config in {sorted(diff)}; "
                              "use another --setting name or --out-root, or delete the directory")
+        if any(old.get(k) != new.get(k) for k in _WINDOW_KEYS):
+            atomic_write_json(paths.config, {**old, **{k: new[k] for k in _WINDOW_KEYS}})
     else:
         atomic_write_json(paths.config, new)
 
@@ -442,9 +450,14 @@ def generate(cfg: GenConfig, engine: ChatEngine | None = None, out_root: Path | 
 def finalize_setting(cfg: GenConfig, paths: Paths, out_root: Path = DEFAULT_OUT_ROOT) -> str:
     """Compress finished part files and (re)build the labeled arrays.
 
-    Returns "complete" (arrays.npz written), "partial" (arrays.partial.npz) or "empty".
+    The window is ``cfg.start .. cfg.start + cfg.n`` (and the probe's ``probe_n``): records beyond
+    it are kept in the part files but left out of the outputs, so a longer run can be frozen at a
+    prefix. Returns "complete" (arrays.npz written), "partial" (arrays.partial.npz; an existing
+    arrays.npz of an earlier, shorter frozen window is left in place) or "empty".
     """
     from . import labeling
+
+    check_config(paths, cfg)
 
     traj = unique_by_index(read_part(paths.traj_part, repair=False))
     want = set(range(cfg.start, cfg.start + cfg.n))
