@@ -7,6 +7,7 @@
 #   make reproduce MODEL=... VERIFIER=...   swap models (results go to results/swap-*)
 #   make generate SETTINGS=gsm8k_cpu_pmstress   (re)generate real trajectories with the LLM engine (resumable)
 #   make bench                  replay/statistics benchmark
+#   make bench-engine           engine benchmark (tok/s, n=M prefill ratio) + wall time per real setting
 SHELL := /bin/bash
 .DELETE_ON_ERROR:
 .SECONDARY:
@@ -50,11 +51,11 @@ define run_nb
 	@mv -f $(2).tmp.ipynb $(2) && rm -f $(2).log $(2:.ipynb=.failed.ipynb)
 endef
 
-.PHONY: all env engine-env models test test-fast reproduce generate bench clean-results help
+.PHONY: all env engine-env models test test-fast reproduce generate bench bench-engine clean-results help
 all: reproduce
 
 help:
-	@sed -n '2,10p' Makefile
+	@sed -n '2,11p' Makefile
 
 # ------------------------------------------------------------------ environments
 env: $(VENV)/.installed
@@ -93,6 +94,11 @@ test-fast: env
 
 bench: env
 	$(PY) scripts/bench_replay.py
+
+BENCH_MODEL ?= qwen2.5-coder-0.5b
+bench-engine: engine-env
+	$(MAKE) models MODELS=$(BENCH_MODEL)
+	$(ENGINE_PY) scripts/bench_engine.py --model $(BENCH_MODEL) --prompts 8 --M 8 --judge-style verdict --judge-tokens 16
 
 # ------------------------------------------------------------------ the chain, per setting
 $(RESULTS)/%/01_generate.ipynb: settings/%.yaml notebooks/01_generate.ipynb | env

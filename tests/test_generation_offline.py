@@ -254,3 +254,21 @@ def test_repair_prompt_shares_judge_prefix():
     prefix = f"Problem:\n{q}\n\nProposed solution:\n{plan}\n\n"
     assert j[1]["content"].startswith(prefix) and r[1]["content"].startswith(prefix)
     assert [prompts.role_of(c) for c in (prompts.generator_messages(q), j, r)] == ["generator", "judge", "repairer"]
+
+
+def test_run_cost_from_sessions():
+    from vrr.generation import run_cost
+
+    meta = {"sessions": [
+        {"instances": 10, "probe_plans": 0, "seconds": 500.0, "engine_load_seconds": 30.0,
+         "engine_stats": {"generated_tokens": 9000, "prompt_tokens": 30000}},
+        {"instances": 0, "probe_plans": 40, "seconds": 800.0, "engine_load_seconds": 30.0,
+         "engine_stats": {"generated_tokens": 12000, "prompt_tokens": 20000}},
+        {"instances": 4, "probe_plans": 0, "seconds": 260.0},  # killed: no engine_stats
+    ]}
+    c = run_cost(meta)
+    assert c["instances"] == 14 and c["probe_plans"] == 40
+    assert c["wall_seconds"] == 500 + 800 + 260 + 60
+    assert c["seconds_per_instance"] == pytest.approx(760 / 14)
+    assert c["seconds_per_probe_plan"] == pytest.approx(20.0)
+    assert c["generated_tok_per_s"] == pytest.approx(21000 / 1300)

@@ -496,6 +496,37 @@ def finalize_setting(cfg: GenConfig, paths: Paths, out_root: Path = DEFAULT_OUT_
     return "partial"
 
 
+def run_cost(meta: dict) -> dict:
+    """Wall time and throughput of a setting's generation from its ``run_meta.json`` sessions.
+
+    Sessions that ran only trajectories (only probe plans) give the per-instance (per-plan) cost;
+    engine load time is counted in ``wall_seconds`` but not in the per-item costs.
+    """
+    sessions = meta.get("sessions", [])
+    tot = {"sessions": len(sessions), "instances": 0, "probe_plans": 0, "seconds": 0.0,
+           "load_seconds": 0.0, "generated_tokens": 0, "prompt_tokens": 0}
+    traj_s = traj_n = probe_s = probe_n = 0.0
+    for s in sessions:
+        st = s.get("engine_stats") or {}
+        tot["instances"] += s.get("instances", 0)
+        tot["probe_plans"] += s.get("probe_plans", 0)
+        tot["seconds"] += s.get("seconds", 0.0)
+        tot["load_seconds"] += s.get("engine_load_seconds", 0.0)
+        tot["generated_tokens"] += st.get("generated_tokens", 0)
+        tot["prompt_tokens"] += st.get("prompt_tokens", 0)
+        if s.get("instances") and not s.get("probe_plans"):
+            traj_s, traj_n = traj_s + s.get("seconds", 0.0), traj_n + s["instances"]
+        elif s.get("probe_plans") and not s.get("instances"):
+            probe_s, probe_n = probe_s + s.get("seconds", 0.0), probe_n + s["probe_plans"]
+    tot["wall_seconds"] = tot["seconds"] + tot["load_seconds"]
+    # engine_stats are written at the end of a session: a killed session has seconds but no tokens
+    timed = sum(s.get("seconds", 0.0) for s in sessions if s.get("engine_stats"))
+    tot["generated_tok_per_s"] = tot["generated_tokens"] / timed if timed else float("nan")
+    tot["seconds_per_instance"] = traj_s / traj_n if traj_n else float("nan")
+    tot["seconds_per_probe_plan"] = probe_s / probe_n if probe_n else float("nan")
+    return tot
+
+
 def measure_judge_styles(engine: ChatEngine, cfg: GenConfig, styles: Sequence[str], split: str = "train",
                          start: int = 5000, n: int = 40, plans_per_problem: int = 2, votes: int = 16,
                          out_path: Path | None = None) -> dict:
