@@ -82,13 +82,23 @@ def youden_j(S: np.ndarray, y: np.ndarray, M: int) -> dict:
     return out
 
 
+def _registry_label(setting: str) -> str:
+    """The display label of ``settings/<setting>.yaml`` (tables, figures), else the name."""
+    try:
+        from .settings import load_config
+
+        return load_config(setting)["label"]
+    except (ImportError, FileNotFoundError, KeyError, ValueError):
+        return setting
+
+
 def build_setting(cfg, traj: Sequence[dict], probe: Sequence[dict] | None, run_meta: dict | None = None):
     """Build a :class:`vrr.data.Setting` from records and the run's :class:`GenConfig`."""
     from .data import Setting
 
     S, y, stats = label_records(traj, cfg.judge_style, cfg.M)
     meta: dict[str, Any] = {
-        "setting": cfg.setting, "task": "gsm8k", "dataset": "gsm8k", "split": cfg.split,
+        "setting": cfg.setting, "label": _registry_label(cfg.setting), "task": "gsm8k", "dataset": "gsm8k", "split": cfg.split,
         "indices": [int(r["index"]) for r in traj],
         "M": cfg.M, "K_max": cfg.K_max, "config": cfg.to_json(),
         "temperatures": {"generate": cfg.gen_temperature, "judge": cfg.judge_temperature,
