@@ -16,6 +16,8 @@ def atomic_write(path: str | os.PathLike, write: Callable, binary: bool = False)
     try:
         with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"newline": ""})) as fh:
             write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())  # the rename must not land before the data (crash mid-run)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

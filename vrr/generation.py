@@ -38,13 +38,13 @@ import gzip
 import json
 import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
 
 from . import prompts
+from .atomic import atomic_write
 from .benchmark_text import redact_record
 from .tasks import gsm8k
 
@@ -142,17 +142,7 @@ def preset_config(name: str, **overrides) -> GenConfig:
 
 # --------------------------------------------------------------------------- file helpers
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda fh: fh.write(data), binary=True)
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
