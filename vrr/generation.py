@@ -468,7 +468,7 @@ def finalize_setting(cfg: GenConfig, paths: Paths, out_root: Path = DEFAULT_OUT_
     probe_complete = {r["index"] for r in probe} == pwant
     if traj_complete:
         write_jsonl_gz(paths.traj, traj)
-    if probe_complete and probe:
+    if probe_complete and probe and not cfg.probe_from:  # a shared probe is stored once, by its owner
         write_jsonl_gz(paths.probe, probe)
     if not traj:
         return "empty"
