@@ -272,3 +272,19 @@ def test_run_cost_from_sessions():
     assert c["seconds_per_instance"] == pytest.approx(760 / 14)
     assert c["seconds_per_probe_plan"] == pytest.approx(20.0)
     assert c["generated_tok_per_s"] == pytest.approx(21000 / 1300)
+
+
+def test_finalize_only_cli_keeps_the_recorded_config(tmp_path):
+    """`--finalize-only` rebuilds from the run's config.json: preset defaults (n=200, batch size)
+    must not overwrite the recorded window or protocol."""
+    from vrr.generation import main
+
+    paths = generate(small_cfg(), engine=FakeEngine(), out_root=tmp_path, progress=False)
+    recorded = json.loads(paths.config.read_text())
+    assert main(["--preset", "gsm8k_cpu_favorable", "--setting", "t_fav", "--out-root", str(tmp_path),
+                 "--finalize-only"]) == 0
+    assert json.loads(paths.config.read_text()) == recorded
+    assert load_setting(paths.arrays).meta["config"]["batch_size"] == recorded["batch_size"] == 4
+    main(["--preset", "gsm8k_cpu_favorable", "--setting", "t_fav", "--out-root", str(tmp_path),
+          "--finalize-only", "--n", "6"])
+    assert load_setting(paths.arrays).S.shape[0] == 6 and json.loads(paths.config.read_text())["n"] == 6

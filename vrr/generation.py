@@ -605,6 +605,9 @@ def main(argv=None) -> int:
     cfg = preset_config(a.preset, **over)
     if a.finalize_only:
         paths = Paths(Path(a.out_root), cfg.setting)
+        if paths.config.exists():  # the run's recorded config, with only the window lengths asked for
+            stored = json.loads(paths.config.read_text())
+            cfg = GenConfig(**{**stored, **{k: getattr(a, k) for k in _WINDOW_KEYS if getattr(a, k) is not None}})
         print(finalize_setting(cfg, paths, out_root=Path(a.out_root)))
         return 0
     if a.measure_judge_styles:
