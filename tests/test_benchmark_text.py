@@ -4,7 +4,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from vrr.benchmark_text import MARKER, contains_problem_text, redact_problem_text
+from vrr.loop.redact import MARKER, contains_problem_text, redact_problem_text
 
 REPO = Path(__file__).resolve().parent.parent
 GSM8K = REPO.parent / "shared" / "data" / "gsm8k"

@@ -5,8 +5,8 @@ from scipy import stats
 
 from vrr.calibration import (beta_binomial_em, binomial_mixture_em, calibrate, crossfit, crossfit_folds,
                              labeled_mle, method_of_moments, mixture_loglik, transition_rates)
-from vrr.model import NoiseParams
-from vrr.simulate import simulate_setting
+from vrr.core.model import NoiseParams
+from vrr.data.simulate import simulate_setting
 
 
 def draw_votes(n, M, pi, rho0, rho1, seed):

@@ -37,7 +37,7 @@ def test_make_reproduce_tiny(tmp_path):
         names = {r["policy"] for r in stats["policy_table"]}
         assert {"No repair", "VRR-Stop", "VRR-Guard", "TPM reference", "Fixed K=5"} <= names
         assert all(0 <= r["V_low"] <= r["V"] <= r["V_high"] <= 1 for r in stats["policy_table"])
-        assert (data / "simulated" / s / "arrays.npz").is_file()
+        assert (results / s / "arrays.npz").is_file()  # simulated arrays belong to their results root
     ablated = json.loads((results / "sim_qwen3b_pmstress" / "stats.json").read_text())["ablations"]
     assert [r["delta"] for r in ablated["delta_sweep"]] == list(range(9))
 

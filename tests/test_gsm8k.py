@@ -1,7 +1,7 @@
 """GSM8K loader, answer extraction, exact-match labeling and PM perturbations (pure Python)."""
 import pytest
 
-from vrr.tasks import gsm8k
+from vrr.loop.tasks import gsm8k
 
 
 def test_loader_local_rows_and_gold():
@@ -75,3 +75,29 @@ def test_perturbation_kinds_forced():
     assert c["kind"] == "condition" and c["orig"] in ("more than", "twice")
     with pytest.raises(ValueError):
         gsm8k.apply_perturbation("other text entirely with more words", c)
+
+
+def test_prompts_are_byte_identical_to_the_committed_runs():
+    """The GSM8K prompts moved onto the task plug-in unchanged: every conversation of every judge and
+    repair style for three problems hashes to the value computed with the code that generated the
+    committed trajectories (commit 0f9f998, vrr/prompts.py)."""
+    import hashlib
+    import json
+
+    from vrr.loop import verifiers
+    from vrr.loop.tasks import get_task
+    from vrr.settings import JUDGE_STYLES, REPAIR_STYLES
+
+    task = get_task("gsm8k")
+    h = hashlib.sha256()
+    for split, idx in (("test", 0), ("test", 7), ("train", 3)):
+        q = task.problem(split, idx).question
+        plan = "Step 1. 3 + 4 = 7.\nThe answer is 7."
+        convs = [task.prompts.generator_messages(q)]
+        convs += [task.prompts.judge_messages(q, plan, st) for st in JUDGE_STYLES]
+        for rs in REPAIR_STYLES:
+            for st in JUDGE_STYLES:
+                fb = verifiers.feedback_text(["REJECT because wrong", "ACCEPT", "VERDICT: REJECT"], st)
+                convs.append(task.prompts.repair_messages(q, plan, fb, rs))
+        h.update(json.dumps(convs, sort_keys=True).encode())
+    assert h.hexdigest() == "8673b9050cebfbc3419a0261656954bce41d2beb26ca63f9a818e8dcfd3d5f15"

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from vrr.guard import hoeffding_bound, keep_best, replacement_tail_exact, union_bound, union_bound_exact
-from vrr.policies_reference import guard_one
+from vrr.core.guard import hoeffding_bound, keep_best, replacement_tail_exact, union_bound, union_bound_exact
+from vrr.policies.reference import guard_one
 
 M, DELTA = 8, 5
 # (rho0, rho1) from Table "loop-dynamics" and the paper's exact single-round tails.

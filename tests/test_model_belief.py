@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from vrr.belief import belief_update, boundary, filter_beliefs, gain, predict, should_repair
-from vrr.model import NoiseParams, acceptance_rate, population_dynamics, population_fixed_point, youden_j
+from vrr.core.belief import belief_update, boundary, filter_beliefs, gain, predict, should_repair
+from vrr.core.model import NoiseParams, acceptance_rate, population_dynamics, population_fixed_point, youden_j
 
 # Table "loop-dynamics": (rho0, rho1, J, alpha, beta, b*)
 LOOP_DYNAMICS = {

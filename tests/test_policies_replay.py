@@ -2,12 +2,13 @@
 import numpy as np
 import pytest
 
-from vrr import policies as P
-from vrr import policies_reference as R
+from vrr.policies import rules as P
+from vrr.policies import reference as R
 from vrr.data import Setting
-from vrr.model import NoiseParams
-from vrr.replay import ReplayConfig, replay
-from vrr.simulate import perturbation_schedule, simulate_setting
+from vrr.core.model import NoiseParams
+from vrr.policies.replay import ReplayConfig, replay
+from vrr.stats.analysis import summarize_replay
+from vrr.data.simulate import perturbation_schedule, simulate_setting
 
 M = 8
 
@@ -88,7 +89,7 @@ def test_algorithm1_modes():
 
 def algorithm1_literal(S_row, M, p, radius_row, stop, delta, tau=0.0):
     """Algorithm 1 of App. A, line by line, for one trajectory."""
-    from vrr.policies_reference import _update
+    from vrr.policies.reference import _update
     prior, c, s_c = p["pi"], 0, float("-inf")
     k_max = len(S_row) - 1
     mode_stop = stop
@@ -156,8 +157,8 @@ def test_replay_llama_like_em_collapse_and_guard_rescue():
 
 def test_replay_is_deterministic_and_seed_sensitive():
     s = simulate_setting(NoiseParams(0.3, 0.2, 0.3, 0.6, 0.7), n=200, seed=3, probe_n=100)
-    a = replay(s, ReplayConfig(seed=1)).summary(n_resamples=500)
-    b = replay(s, ReplayConfig(seed=1)).summary(n_resamples=500)
+    a = summarize_replay(replay(s, ReplayConfig(seed=1)), n_resamples=500)
+    b = summarize_replay(replay(s, ReplayConfig(seed=1)), n_resamples=500)
     assert a == b
     ra, rc = replay(s, ReplayConfig(seed=1)), replay(s, ReplayConfig(seed=2))
     assert not np.array_equal(ra.calibration.folds, rc.calibration.folds)    # the seed drives the fold split
@@ -169,7 +170,7 @@ def test_replay_labeled_tpm_without_true_params():
     real_like = Setting(S=s.S, y=s.y, M=s.M, meta={"setting": "x"})
     res = replay(real_like, ReplayConfig(), policies=("TPM reference", "VRR-Stop"))
     assert res.tpm_source.startswith("labeled")
-    rows = replay(real_like, ReplayConfig(), policies=("VRR-Guard", "No repair")).summary(n_resamples=50)
+    rows = summarize_replay(replay(real_like, ReplayConfig(), policies=("VRR-Guard", "No repair")), n_resamples=50)
     assert [r["policy"] for r in rows] == ["VRR-Guard", "No repair"] and "dV" not in rows[0]
 
 

@@ -8,11 +8,11 @@ from statsmodels.stats.contingency_tables import mcnemar
 
 from vrr.calibration import calibrate
 from vrr.data import DataContractError, Setting, load_setting, save_setting
-from vrr.identifiability import (error_radius, flip_risk_grid, labeled_j_diagnostic, parameter_intervals,
+from vrr.calibration.identifiability import (error_radius, flip_risk_grid, labeled_j_diagnostic, parameter_intervals,
                                  sign_identifiable)
-from vrr.model import NoiseParams
-from vrr.simulate import simulate_setting
-from vrr.stats import bootstrap_ci, bootstrap_means, mcnemar_exact, paired_bootstrap, percentile_interval, policy_table
+from vrr.core.model import NoiseParams
+from vrr.data.simulate import simulate_setting
+from vrr.stats.inference import bootstrap_ci, bootstrap_means, mcnemar_exact, paired_bootstrap, percentile_interval, policy_table
 
 A = (np.random.default_rng(5).random(400) < 0.72).astype(int)
 B = np.where(np.random.default_rng(6).random(400) < 0.2, 1 - A, A)

@@ -1,0 +1,134 @@
+"""The setting YAML is the whole protocol: every file loads, every real setting resolves to exactly the
+generation config that runs (field by field, and against the committed runs' config.json), and bad
+files fail with an error that names the file and the field."""
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from vrr.loop.config import NON_PROTOCOL_KEYS, WINDOW_KEYS, RunConfig, from_stored, protocol_differences, run_config
+from vrr.settings import SETTINGS_DIR, SettingConfigError, list_settings, load_config
+
+REPO = Path(__file__).resolve().parent.parent
+
+# RunConfig field -> where it comes from in the setting (dotted path). Every field must be listed:
+# a field missing here is a protocol value the YAML does not control.
+FROM_YAML = {
+    "dataset": "task", "model": "models.generator", "judge_model": "models.judge", "repairer_model": "models.repairer",
+    "verifier": "verifier.kind", "backend": "engine.backend", "split": "window.split", "start": "window.start",
+    "n": "window.N", "K_max": "K_max", "M": "M", "judge_style": "verifier.style", "judge_max_tokens": "verifier.max_tokens",
+    "repair_style": "repair.style", "repair_mode": "repair.mode", "gen_temperature": "temperatures.generate",
+    "judge_temperature": "temperatures.judge", "repair_temperature": "temperatures.repair",
+    "gen_max_tokens": "max_tokens.generate", "repair_max_tokens": "max_tokens.repair", "perturb": "perturbation.edit",
+    "perturb_from_round": "perturbation.from_round", "perturb_to_round": "perturbation.to_round", "seed": "seed",
+    "batch_size": "engine.batch_size", "max_model_len": "max_tokens.context", "probe_split": "probe.split",
+    "probe_start": "probe.start", "probe_n": "probe.n", "probe_votes": "probe.M", "probe_from": "probe.from",
+}
+NOT_FROM_YAML = {"setting", "notes"}  # the output name, free text
+
+
+def _get(cfg, dotted):
+    for part in dotted.split("."):
+        cfg = cfg[part]
+    return cfg
+
+
+def test_every_settings_file_loads_and_is_named_after_its_file():
+    names = list_settings()
+    assert len(names) >= 20
+    for name in names:
+        cfg = load_config(name)
+        assert cfg["name"] == name and Path(cfg["_path"]).stem == name
+
+
+def test_the_map_covers_every_run_config_field():
+    fields = {f.name for f in dataclasses.fields(RunConfig)}
+    assert set(FROM_YAML) | NOT_FROM_YAML == fields
+
+
+@pytest.mark.parametrize("name", list_settings(kind="real"))
+def test_real_setting_resolves_to_the_generation_config_field_by_field(name):
+    cfg = load_config(name)
+    rc = run_config(cfg)
+    for field, path in FROM_YAML.items():
+        assert getattr(rc, field) == _get(cfg, path), f"{name}: {field} != {path}"
+    assert rc.setting == name
+
+
+@pytest.mark.parametrize("name", [p.parent.name for p in sorted((REPO / "data" / "real").glob("*/config.json"))])
+def test_committed_runs_were_generated_with_what_their_yaml_says(name):
+    """The YAML of a committed run resolves to the protocol recorded in its config.json."""
+    stored = json.loads((REPO / "data" / "real" / name / "config.json").read_text())
+    rc = run_config(load_config(name))
+    assert protocol_differences(from_stored(stored), rc) == []
+    for key, value in stored.items():
+        if key not in WINDOW_KEYS | NON_PROTOCOL_KEYS | {"notes"}:
+            assert getattr(rc, key) == value, key
+    assert stored["n"] == rc.n  # the committed window is the YAML's window
+
+
+def test_gpu_setting_with_a_perturbation_regime_perturbs():
+    """The earlier preset table ran every gpu_* setting with the PM-stress protocol, favorable included."""
+    fav, pm = run_config(load_config("gpu_qwen3b_favorable")), run_config(load_config("gpu_qwen3b_pmstress"))
+    assert fav.perturb == "none" and fav.repair_temperature == 0.7
+    assert pm.perturb == "auto" and pm.repair_temperature == 1.0 and pm.n == 500 and pm.probe_n == 300
+
+
+def test_include_merges_mapping_by_mapping():
+    fav, pm = load_config("gsm8k_cpu_favorable"), load_config("gsm8k_cpu_pmstress")
+    assert pm["temperatures"] == {**fav["temperatures"], "repair": 1.0}
+    assert pm["models"] == fav["models"] and pm["window"] == fav["window"]
+    assert pm["probe"]["from"] == "gsm8k_cpu_favorable" and fav["probe"]["from"] is None
+
+
+def test_overrides_are_validated_like_the_file():
+    assert load_config("gsm8k_cpu_favorable", overrides={"window.N": 7})["window"]["N"] == 7
+    with pytest.raises(SettingConfigError, match=r"gsm8k_cpu_favorable.yaml: field 'window.N': must be an integer"):
+        load_config("gsm8k_cpu_favorable", overrides={"window.N": "many"})
+    with pytest.raises(SettingConfigError, match=r"field 'models.judgee': unknown key"):
+        load_config("gsm8k_cpu_favorable", overrides={"models.judgee": "x"})
+
+
+def _write(tmp_path, name, text, base=None):
+    if base:
+        (tmp_path / "base.yaml").write_text((SETTINGS_DIR / f"{base}.yaml").read_text().replace(f"name: {base}\n", ""))
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("body, field, message", [
+    ("include: base.yaml\nname: s\nwindow: {N: 10}\nM: true\n", "M", "must be an integer"),
+    ("include: base.yaml\nname: s\nwindow: {N: 10}\nK_max: 0\n", "K_max", "must be >= 1"),
+    ("include: base.yaml\nname: s\nwindow: {N: 10}\nverbose: 1\n", "verbose", "unknown key"),
+    ("include: base.yaml\nname: s\nwindow: {N: 10}\nverifier: {style: shout}\n", "verifier.style", "must be one of"),
+    ("include: base.yaml\nname: s\nwindow: {N: 10}\nparams: {rho0: 0.1}\n", "params", "not used by real settings"),
+    ("include: base.yaml\nname: other\nwindow: {N: 10}\n", "name", "must match the file name"),
+    ("include: base.yaml\nname: ../../escape\nwindow: {N: 10}\n", "name", "plain name"),
+    ("include: base.yaml\nname: s\nwindow: {N: 10}\nM: 8\nM: 9\n", "<file>", "duplicate key"),
+    ("include: missing.yaml\nname: s\n", "include", "no such file"),
+    ("include: base.yaml\nname: s\nperturbation: {regime: pm_stress, edit: none}\n", "perturbation.edit", "needs an edit"),
+    ("include: base.yaml\nname: s\nprobe: {split: test, start: 50}\n", "probe.start", "disjoint"),
+])
+def test_bad_settings_name_the_file_and_the_field(tmp_path, body, field, message):
+    path = _write(tmp_path, "s", body, base="gsm8k_cpu_favorable")
+    with pytest.raises(SettingConfigError) as info:
+        load_config(path)
+    assert info.value.field == field and message in info.value.problem and str(path) in str(info.value)
+
+
+def test_include_cycle_is_an_error(tmp_path):
+    (tmp_path / "a.yaml").write_text("include: b.yaml\nname: a\n")
+    (tmp_path / "b.yaml").write_text("include: a.yaml\n")
+    with pytest.raises(SettingConfigError, match="include cycle"):
+        load_config(tmp_path / "a.yaml")
+
+
+def test_simulated_setting_needs_its_parameters(tmp_path):
+    text = (SETTINGS_DIR / "sim_qwen3b_favorable.yaml").read_text()
+    path = tmp_path / "sim_qwen3b_favorable.yaml"
+    path.write_text(text.replace("include: base/simulated.yaml", f"include: {SETTINGS_DIR}/base/simulated.yaml")
+                    .replace("  pi: 0.74\n", ""))
+    with pytest.raises(SettingConfigError, match="field 'params.pi': missing"):
+        load_config(path)

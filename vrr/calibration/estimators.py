@@ -1,0 +1,458 @@
+"""Calibration estimators and cross-fitting (Sec. 4.2; App. A "Calibration Estimators";
+App. B "Calibration protocol and cross-fitting"; App. E/I for the beta-binomial variant).
+
+Vote-noise estimators (rho0, rho1) from acceptance counts S of M votes:
+  * ``binomial_mixture_em``   label-free two-component binomial-mixture EM, random restarts,
+                              highest log-likelihood kept, "higher-acceptance component = valid";
+  * ``method_of_moments``     closed-form two-point mixture from the first three factorial moments;
+  * ``labeled_mle``           per-class acceptance frequencies on labeled plans;
+  * ``beta_binomial_em``      mixture of two beta-binomials with capped over-dispersion.
+Repair transitions (alpha, beta) are frequencies on labeled first-round before/after pairs
+(at most 300), and the prior pi is the validity rate of initial plans. ``crossfit`` fits all of
+them on four folds and applies them to the fifth, so no decision touches its own label.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+from scipy import optimize, special
+
+from ..core.model import NoiseParams
+
+from ..settings import CALIBRATION_METHODS as VOTE_METHODS
+
+MAX_TRANSITION_PAIRS = 300
+
+
+@dataclass(frozen=True)
+class EstimatorOptions:
+    """Settings of the iterative vote-noise estimators (a setting's ``calibration`` block).
+
+    Defaults are the paper's: 10 EM restarts (App. B "Hyperparameters"), the beta-binomial
+    over-dispersion cap phi <= 0.3 (App. I).
+    """
+
+    em_restarts: int = 10
+    em_tol: float = 1e-10
+    em_max_iter: int = 2000
+    bb_phi_cap: float = 0.3
+    bb_restarts: int = 8
+
+    @classmethod
+    def from_setting(cls, calibration_block: dict) -> "EstimatorOptions":
+        return cls(**{k: calibration_block[k] for k in ("em_restarts", "em_tol", "em_max_iter", "bb_phi_cap",
+                                                          "bb_restarts")})
+
+
+@dataclass(frozen=True)
+class VoteNoiseFit:
+    """Estimated judge noise plus the effective vote counts behind it (for error radii)."""
+
+    rho0: float
+    rho1: float
+    weight_valid: float
+    loglik: float = float("nan")
+    votes_valid: float = 0.0      # effective number of votes cast on valid plans
+    votes_invalid: float = 0.0    # effective number of votes cast on invalid plans
+    method: str = ""
+    converged: bool = True
+    n_iter: int = 0
+
+    @property
+    def youden_j(self) -> float:
+        return 1.0 - self.rho0 - self.rho1
+
+
+@dataclass(frozen=True)
+class TransitionFit:
+    """alpha-hat, beta-hat from labeled pre/post-repair pairs (App. A), with their counts."""
+
+    alpha: float
+    beta: float
+    n_fixed: int
+    n_invalid_before: int
+    n_broken: int
+    n_valid_before: int
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Everything VRR-Stop needs from one calibration sample."""
+
+    params: NoiseParams
+    votes: VoteNoiseFit
+    transitions: TransitionFit
+    n_pi_valid: int
+    n_pi: int
+    M: int
+
+
+def _histogram(S, M: int, weights=None) -> np.ndarray:
+    S = np.asarray(S, dtype=np.int64).ravel()
+    return np.bincount(S, weights=weights, minlength=M + 1).astype(float)
+
+
+def _binom_logpmf_table(M: int, p: float) -> np.ndarray:
+    """log Bin(s; M, p) for s = 0..M (inlined: EM calls this thousands of times)."""
+    s = np.arange(M + 1)
+    log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
+    with np.errstate(divide="ignore"):
+        return log_comb + special.xlogy(s, p) + special.xlogy(M - s, 1.0 - p)
+
+
+def mixture_loglik(S, M: int, weight_valid: float, rho0: float, rho1: float) -> float:
+    """Log-likelihood of S under pi Bin(M, 1-rho1) + (1-pi) Bin(M, rho0) (App. A)."""
+    return _hist_loglik(_histogram(S, M), M, weight_valid, rho1, rho0)
+
+
+def _hist_loglik(hist: np.ndarray, M: int, weight_valid: float, rho1: float, rho0: float) -> float:
+    with np.errstate(divide="ignore"):
+        lv = np.log(weight_valid) + _binom_logpmf_table(M, 1.0 - rho1)
+        li = np.log1p(-weight_valid) + _binom_logpmf_table(M, rho0)
+    ll = np.logaddexp(lv, li)
+    mask = hist > 0
+    return float(np.sum(hist[mask] * ll[mask]))
+
+
+def _em_restarts(hist: np.ndarray, M: int, w, p1, p0, tol: float, max_iter: int):
+    """EM iterations for all restarts at once (arrays of shape [R]); returns per-restart
+    (w, p1, p0, loglik, n_iter, converged)."""
+    s = np.arange(M + 1, dtype=float)
+    log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
+    mask = hist > 0
+    h = hist[mask]
+    sm = s[mask]
+    total = hist.sum()
+    eps = 1e-12
+    w, p1, p0 = (np.asarray(a, dtype=float).copy() for a in (w, p1, p0))
+    prev = np.full(w.shape, -np.inf)
+    ll = prev.copy()
+    active = np.ones(w.shape, dtype=bool)
+    n_iter = np.zeros(w.shape, dtype=np.int64)
+    for it in range(1, max_iter + 1):
+        # E-step: responsibility of the valid component for each observed count value.
+        lv = np.log(w)[:, None] + log_comb[mask] + sm * np.log(p1)[:, None] + (M - sm) * np.log1p(-p1)[:, None]
+        li = np.log1p(-w)[:, None] + log_comb[mask] + sm * np.log(p0)[:, None] + (M - sm) * np.log1p(-p0)[:, None]
+        norm = np.logaddexp(lv, li)
+        resp = np.exp(lv - norm)
+        ll_new = norm @ h
+        # M-step: responsibility-weighted frequencies.
+        nv = resp @ h
+        ni = total - nv
+        w_new = np.clip(nv / total, eps, 1 - eps)
+        p1_new = np.clip(np.where(nv > eps, (resp * sm) @ h / (M * np.maximum(nv, eps)), p1), eps, 1 - eps)
+        p0_new = np.clip(np.where(ni > eps, ((1 - resp) * sm) @ h / (M * np.maximum(ni, eps)), p0), eps, 1 - eps)
+        ll = np.where(active, ll_new, ll)
+        n_iter = np.where(active, it, n_iter)
+        done = active & (ll_new - prev < tol)
+        w, p1, p0 = (np.where(active & ~done, new, old) for new, old in ((w_new, w), (p1_new, p1), (p0_new, p0)))
+        prev = np.where(active, ll_new, prev)
+        active &= ~done
+        if not active.any():
+            break
+    return w, p1, p0, ll, n_iter, ~active
+
+
+def binomial_mixture_em(S, M: int, n_restarts: int = 10, seed: int = 0,
+                        tol: float = 1e-10, max_iter: int = 2000) -> VoteNoiseFit:
+    """Two-component binomial-mixture EM (Sec. 4.2; App. A "Calibration Estimators").
+
+    S ~ pi Bin(M, 1 - rho1) + (1 - pi) Bin(M, rho0). Runs ``n_restarts`` seeded random starts
+    (iterated together, vectorized), keeps the highest log-likelihood, and labels the
+    higher-acceptance component as valid. The mixture is identifiable iff J != 0; as J -> 0
+    the likelihood surface flattens (App. E).
+    """
+    hist = _histogram(S, M)
+    if hist.sum() == 0:
+        raise ValueError("binomial_mixture_em: empty sample")
+    rng = np.random.default_rng(seed)
+    starts = rng.uniform([0.1, 0.05, 0.05], [0.9, 0.95, 0.95], size=(n_restarts, 3))
+    ws, p1s, p0s, _, iters, conv = _em_restarts(hist, M, starts[:, 0], starts[:, 1], starts[:, 2], tol, max_iter)
+    # Rank restarts by the log-likelihood of their final parameters (a restart stopped at
+    # max_iter has moved past the value it last evaluated).
+    lls = np.array([_hist_loglik(hist, M, w_, 1 - p1_, p0_) for w_, p1_, p0_ in zip(ws, p1s, p0s)])
+    b = int(np.argmax(lls))
+    w, p1, p0, ll, n_iter, converged = float(ws[b]), float(p1s[b]), float(p0s[b]), float(lls[b]), int(iters[b]), bool(conv[b])
+    if p0 > p1:                                       # label convention: valid accepts more
+        w, p1, p0 = 1 - w, p0, p1
+    resp = _responsibilities(hist, M, w, p1, p0)
+    return VoteNoiseFit(rho0=p0, rho1=1 - p1, weight_valid=w, loglik=ll,
+                        votes_valid=M * float(np.sum(hist * resp)),
+                        votes_invalid=M * float(np.sum(hist * (1 - resp))),
+                        method="binomial_em", converged=converged, n_iter=n_iter)
+
+
+def _responsibilities(hist, M, w, p1, p0):
+    lv = np.log(w) + _binom_logpmf_table(M, p1)
+    li = np.log1p(-w) + _binom_logpmf_table(M, p0)
+    return np.exp(lv - np.logaddexp(lv, li))
+
+
+def method_of_moments(S, M: int) -> VoteNoiseFit:
+    """Method of moments for the two-component binomial mixture (App. I, "MoM").
+
+    The factorial moments m_r = E[S(S-1)...(S-r+1)] / (M(M-1)...(M-r+1)) equal the raw
+    moments of the two-point mixing distribution {p0, p1}; p0, p1 are the roots of
+    x^2 - c1 x + c0 with [m1 -1; m2 -m1][c1 c0]^T = [m2 m3]^T, and pi = (m1 - p0)/(p1 - p0).
+    Needs M >= 3. When the sample is not over-dispersed relative to one binomial (mixing
+    variance <= 0) or the roots leave [0, 1], there is no valid two-point solution and the fit
+    falls back to p0 = p1 = m1 (J = 0).
+    """
+    if M < 3:
+        raise ValueError("method_of_moments needs M >= 3 (three factorial moments)")
+    S = np.asarray(S, dtype=float).ravel()
+    m1 = np.mean(S) / M
+    m2 = np.mean(S * (S - 1)) / (M * (M - 1))
+    m3 = np.mean(S * (S - 1) * (S - 2)) / (M * (M - 1) * (M - 2))
+    det = m1 * m1 - m2                                 # = -Var of the mixing distribution
+    p0 = p1 = float(m1)                                # degenerate fit: no separation
+    w = 0.5
+    if det < -1e-12:                                   # a two-point mixture needs Var > 0
+        c1 = (m2 * m1 - m3) / det
+        c0 = (m2 * m2 - m1 * m3) / det
+        disc = c1 * c1 - 4 * c0
+        if disc > 0:
+            root = np.sqrt(disc)
+            hi, lo = (c1 + root) / 2, (c1 - root) / 2
+            if 0.0 <= lo < hi <= 1.0:                  # roots outside [0, 1]: moments inconsistent
+                p1, p0 = float(hi), float(lo)
+                w = float(np.clip((m1 - p0) / (p1 - p0), 0, 1))
+    n = S.size
+    return VoteNoiseFit(rho0=p0, rho1=1 - p1, weight_valid=w, votes_valid=M * n * w,
+                        votes_invalid=M * n * (1 - w), method="mom")
+
+
+def labeled_mle(S, y, M: int) -> VoteNoiseFit:
+    """Labeled maximum likelihood (App. I): rho1 = 1 - accepts/votes on valid plans,
+    rho0 = accepts/votes on invalid plans. A class with no plans gets NaN."""
+    S = np.asarray(S, dtype=float).ravel()
+    y = np.asarray(y).ravel().astype(bool)
+    nv, ni = int(y.sum()), int((~y).sum())
+    rho1 = 1 - S[y].sum() / (M * nv) if nv else float("nan")
+    rho0 = S[~y].sum() / (M * ni) if ni else float("nan")
+    return VoteNoiseFit(rho0=float(rho0), rho1=float(rho1), weight_valid=nv / max(nv + ni, 1),
+                        votes_valid=float(M * nv), votes_invalid=float(M * ni), method="labeled_mle")
+
+
+def _betabinom_logpmf(M, mean, phi):
+    # phi = 1 / (a + b + 1) is the intra-plan vote correlation; phi -> 0 gives the binomial.
+    scale = 1.0 / phi - 1.0
+    a, b = mean * scale, (1 - mean) * scale
+    s = np.arange(M + 1)
+    log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
+    return (log_comb + special.betaln(s + a, M - s + b) - special.betaln(a, b))
+
+
+def beta_binomial_em(S, M: int, phi_cap: float = 0.3, n_restarts: int = 8, seed: int = 0) -> VoteNoiseFit:
+    """Capped beta-binomial mixture (App. E, App. I "BB-EM").
+
+    Each class draws a per-plan acceptance rate from a Beta with mean mu_c and intra-plan
+    correlation phi_c in (0, phi_cap]; the cap keeps one component from absorbing the whole
+    spread of S. rho1 = 1 - mu_valid, rho0 = mu_invalid. The beta-binomial M-step has no closed
+    form, so the mixture likelihood that EM climbs is maximized directly (L-BFGS-B over
+    logit-scaled weight, means and correlations, on the histogram of S) from ``n_restarts``
+    seeded starts; the best log-likelihood is kept and the higher-mean component is "valid".
+    """
+    hist = _histogram(S, M)
+    rng = np.random.default_rng(seed)
+    mask = hist > 0
+
+    def unpack(z):
+        w = special.expit(z[0])
+        mu1, mu0 = special.expit(z[1]), special.expit(z[3])
+        phi1, phi0 = phi_cap * special.expit(z[2]), phi_cap * special.expit(z[4])
+        return w, mu1, phi1, mu0, phi0
+
+    def nll(z):
+        w, mu1, phi1, mu0, phi0 = unpack(z)
+        lv = np.log(w) + _betabinom_logpmf(M, mu1, phi1)
+        li = np.log1p(-w) + _betabinom_logpmf(M, mu0, phi0)
+        return -float(np.sum(hist[mask] * np.logaddexp(lv, li)[mask]))
+
+    best = None
+    for _ in range(n_restarts):
+        z0 = np.array([special.logit(rng.uniform(0.2, 0.8)), special.logit(rng.uniform(0.55, 0.95)),
+                       rng.uniform(-3, 1), special.logit(rng.uniform(0.05, 0.45)), rng.uniform(-3, 1)])
+        res = optimize.minimize(nll, z0, method="L-BFGS-B", bounds=[(-12, 12)] * 5)
+        if best is None or res.fun < best.fun:
+            best = res
+    w, mu1, _, mu0, _ = unpack(best.x)
+    if mu0 > mu1:
+        w, mu1, mu0 = 1 - w, mu0, mu1
+    n = hist.sum()
+    return VoteNoiseFit(rho0=float(mu0), rho1=float(1 - mu1), weight_valid=float(w), loglik=-float(best.fun),
+                        votes_valid=M * n * w, votes_invalid=M * n * (1 - w),
+                        method="beta_binomial_em", converged=bool(best.success), n_iter=int(best.nit))
+
+
+def fit_vote_noise(method: str, S, M: int, y=None, seed: int = 0,
+                   options: EstimatorOptions = EstimatorOptions()) -> VoteNoiseFit:
+    """Dispatch to one of ``VOTE_METHODS``; ``labeled_mle`` needs labels ``y``."""
+    if method == "binomial_em":
+        return binomial_mixture_em(S, M, n_restarts=options.em_restarts, seed=seed, tol=options.em_tol,
+                                   max_iter=options.em_max_iter)
+    if method == "mom":
+        return method_of_moments(S, M)
+    if method == "labeled_mle":
+        if y is None:
+            raise ValueError("labeled_mle needs labels y")
+        return labeled_mle(S, y, M)
+    if method == "beta_binomial_em":
+        return beta_binomial_em(S, M, phi_cap=options.bb_phi_cap, n_restarts=options.bb_restarts, seed=seed)
+    raise ValueError(f"unknown calibration method {method!r}; choose one of {VOTE_METHODS}")
+
+
+def labeled_subset(n: int, max_labels: int | None, seed: int = 0) -> np.ndarray:
+    """Indices of the labeled calibration instances: all of them, or a seeded random subset of
+    ``max_labels`` (App. B: "The calibration stage uses at most 300 labeled samples")."""
+    if max_labels is None or n <= max_labels:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, max_labels, replace=False))
+
+
+def transition_rates(y_before, y_after, max_pairs: int | None = MAX_TRANSITION_PAIRS,
+                     seed: int = 0) -> TransitionFit:
+    """alpha-hat = freq(invalid -> valid), beta-hat = freq(valid -> invalid) (App. A).
+
+    Uses at most ``max_pairs`` labeled pairs, a seeded random subset when there are more.
+    A class with no pairs gives NaN for its rate.
+    """
+    yb = np.asarray(y_before).astype(bool).ravel()
+    ya = np.asarray(y_after).astype(bool).ravel()
+    if yb.shape != ya.shape:
+        raise ValueError("transition_rates: y_before and y_after differ in length")
+    keep = labeled_subset(yb.size, max_pairs, seed)
+    yb, ya = yb[keep], ya[keep]
+    n_inv, n_val = int((~yb).sum()), int(yb.sum())
+    n_fix, n_break = int((~yb & ya).sum()), int((yb & ~ya).sum())
+    alpha = n_fix / n_inv if n_inv else float("nan")
+    beta = n_break / n_val if n_val else float("nan")
+    return TransitionFit(alpha, beta, n_fix, n_inv, n_break, n_val)
+
+
+def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
+              vote_rounds: str = "first", probe_S=None, probe_y=None, probe_M: int | None = None,
+              max_pairs: int | None = MAX_TRANSITION_PAIRS,
+              options: EstimatorOptions = EstimatorOptions()) -> Calibration:
+    """Fit (rho0, rho1, alpha, beta, pi) on one calibration sample (Sec. 4.2, App. A/B).
+
+    ``S``, ``y``: [n, K+1] arrays of the calibration instances. Vote noise comes from the
+    round-0 counts (``vote_rounds="first"``, the paper's choice), from all rounds (``"all"``),
+    or from a separate probe (``"probe"``: ``probe_S`` with ``probe_M`` votes, labels
+    ``probe_y`` for labeled MLE). alpha, beta come from the (y_0, y_1) pairs, pi = mean y_0.
+    """
+    S = np.asarray(S)
+    y = np.asarray(y)
+    if vote_rounds == "first":
+        vS, vy, vM = S[:, 0], y[:, 0], M
+    elif vote_rounds == "all":
+        vS, vy, vM = S.ravel(), y.ravel(), M
+    elif vote_rounds == "probe":
+        if probe_S is None or probe_M is None:
+            raise ValueError("vote_rounds='probe' needs probe_S and probe_M")
+        vS, vy, vM = np.asarray(probe_S), probe_y, int(probe_M)
+    else:
+        raise ValueError(f"vote_rounds must be 'first', 'all' or 'probe', got {vote_rounds!r}")
+    votes = fit_vote_noise(method, vS, vM, y=vy, seed=seed, options=options)
+    if S.shape[1] < 2:
+        raise ValueError("calibrate: need at least one repair round to estimate alpha, beta")
+    trans = transition_rates(y[:, 0], y[:, 1], max_pairs=max_pairs, seed=seed)
+    labeled = labeled_subset(y.shape[0], max_pairs, seed)      # the same <= 300 labeled plans
+    n_pi_valid, n_pi = int(y[labeled, 0].sum()), int(labeled.size)
+    params = NoiseParams(rho0=_clean(votes.rho0, "rho0"), rho1=_clean(votes.rho1, "rho1"),
+                         alpha=_clean(trans.alpha, "alpha"), beta=_clean(trans.beta, "beta"),
+                         pi=float(np.clip(n_pi_valid / n_pi, 1e-6, 1 - 1e-6)))
+    return Calibration(params=params, votes=votes, transitions=trans,
+                       n_pi_valid=n_pi_valid, n_pi=n_pi, M=vM)
+
+
+def _clean(x: float, name: str) -> float:
+    # A rate with no supporting sample (NaN: e.g. no invalid initial plan in the calibration
+    # folds) cannot be estimated; 0.5 is used and the caller is warned.
+    if np.isnan(x):
+        warnings.warn(f"calibrate: no labeled sample supports {name}; using 0.5", RuntimeWarning, stacklevel=3)
+        return 0.5
+    return float(np.clip(x, 0.0, 1.0))
+
+
+def crossfit_folds(n: int, n_folds: int = 5, seed: int = 0) -> np.ndarray:
+    """Fold id (0..n_folds-1) per instance: a seeded permutation split into near-equal folds (App. B)."""
+    if n_folds < 2 or n_folds > n:
+        raise ValueError(f"crossfit_folds: need 2 <= n_folds <= n, got n_folds={n_folds}, n={n}")
+    order = np.random.default_rng(seed).permutation(n)
+    folds = np.empty(n, dtype=np.int64)
+    folds[order] = np.arange(n) % n_folds
+    return folds
+
+
+@dataclass
+class CrossFit:
+    """Per-instance parameters where instance i's values were fit without i's fold."""
+
+    folds: np.ndarray
+    fits: list[Calibration]
+    rho0: np.ndarray = field(init=False)
+    rho1: np.ndarray = field(init=False)
+    alpha: np.ndarray = field(init=False)
+    beta: np.ndarray = field(init=False)
+    pi: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        for name in ("rho0", "rho1", "alpha", "beta", "pi"):
+            per_fold = np.array([getattr(f.params, name) for f in self.fits])
+            setattr(self, name, per_fold[self.folds])
+
+    def as_kwargs(self) -> dict[str, np.ndarray]:
+        return {k: getattr(self, k) for k in ("rho0", "rho1", "alpha", "beta", "pi")}
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (what 03_calibrate saves and 04_replay reads); floats round-trip exactly."""
+        return {"folds": [int(f) for f in self.folds],
+                "fits": [{"params": asdict(f.params), "votes": asdict(f.votes), "transitions": asdict(f.transitions),
+                          "n_pi_valid": f.n_pi_valid, "n_pi": f.n_pi, "M": f.M} for f in self.fits]}
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "calibration") -> "CrossFit":
+        try:
+            fits = [Calibration(params=NoiseParams(**f["params"]), votes=VoteNoiseFit(**f["votes"]),
+                                transitions=TransitionFit(**f["transitions"]), n_pi_valid=int(f["n_pi_valid"]),
+                                n_pi=int(f["n_pi"]), M=int(f["M"])) for f in data["fits"]]
+            folds = np.asarray(data["folds"], dtype=np.int64)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{source}: field 'crossfit': not a saved cross-fit calibration ({exc})") from exc
+        if folds.size and (folds.min() < 0 or folds.max() >= len(fits)):
+            raise ValueError(f"{source}: field 'crossfit.folds': fold ids must lie in 0..{len(fits) - 1}")
+        return cls(folds=folds, fits=fits)
+
+
+def crossfit(S, y, M: int, method: str = "binomial_em", n_folds: int = 5, seed: int = 0,
+             vote_rounds: str = "first", n_calib: int | None = None,
+             probe_S=None, probe_y=None, probe_M: int | None = None,
+             max_pairs: int | None = MAX_TRANSITION_PAIRS,
+             options: EstimatorOptions = EstimatorOptions()) -> CrossFit:
+    """Five-fold cross-fitting (App. B): fold f is scored with parameters fit on the other folds.
+
+    ``n_calib`` subsamples each training set (seeded) for the N_calib ablation (App. I).
+    With ``vote_rounds="probe"`` the vote-noise fit uses the disjoint probe window, which never
+    contains evaluation instances.
+    """
+    S = np.asarray(S)
+    y = np.asarray(y)
+    folds = crossfit_folds(S.shape[0], n_folds, seed)
+    rng = np.random.default_rng(seed + 1)
+    fits = []
+    for f in range(n_folds):
+        train = np.flatnonzero(folds != f)
+        if n_calib is not None and n_calib < train.size:
+            train = np.sort(rng.choice(train, n_calib, replace=False))
+        fits.append(calibrate(S[train], y[train], M, method=method, seed=seed + f,
+                              vote_rounds=vote_rounds, probe_S=probe_S, probe_y=probe_y,
+                              probe_M=probe_M, max_pairs=max_pairs, options=options))
+    return CrossFit(folds=folds, fits=fits)
+
+
+def with_params(cal: Calibration, **changes) -> Calibration:
+    """Copy of a calibration with some parameters replaced (for sensitivity sweeps)."""
+    return replace(cal, params=replace(cal.params, **changes))

@@ -1,0 +1,191 @@
+"""Sign identifiability (Sec. 4.2, Eq. 8, Proposition 1; App. A "Error Radius"; RQ3).
+
+* ``parameter_intervals``  confidence intervals of the calibrated (rho0, rho1, alpha, beta, pi)
+* ``error_radius``         B_k: worst-case excursion of G-hat_k over the interval endpoints
+* ``sign_identifiable``    Eq. 8: G-hat - B > tau or G-hat + B <= tau
+* ``labeled_j_diagnostic`` the held-out separation test of Sec. 4.3 (no EM involved)
+* ``flip_risk_grid``       simulated stopping-sign flip probability over (J, Delta) (Fig. RQ3)
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from ..core.belief import filter_beliefs, gain
+from .estimators import Calibration, CrossFit, calibrate
+
+PARAM_NAMES = ("rho0", "rho1", "alpha", "beta", "pi")
+
+
+def _clopper_pearson(successes: float, trials: float, confidence: float) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) interval, the one scipy.stats.binomtest(...).proportion_ci
+    returns, written with Beta quantiles so it costs microseconds."""
+    n = int(round(trials))
+    if n <= 0:
+        return 0.0, 1.0
+    k = int(np.clip(round(successes), 0, n))
+    tail = (1.0 - confidence) / 2.0
+    low = 0.0 if k == 0 else float(stats.beta.ppf(tail, k, n - k + 1))
+    high = 1.0 if k == n else float(stats.beta.ppf(1.0 - tail, k + 1, n - k))
+    return low, high
+
+
+def parameter_intervals(cal: Calibration, eta: float = 0.05) -> dict[str, tuple[float, float]]:
+    """Simultaneous (Bonferroni over the five parameters) Clopper-Pearson intervals at level 1-eta.
+
+    rho0 / rho1 use the effective vote counts of the fitted mixture components (votes cast on
+    plans the fit assigns to each class); alpha, beta, pi use their labeled counts. This treats
+    the vote-noise fit as if class membership were known, so it understates uncertainty when
+    J is small: the J diagnostic, not B_k, is the guard against that regime (Sec. 4.3).
+    """
+    conf = 1.0 - eta / len(PARAM_NAMES)
+    p, v, t = cal.params, cal.votes, cal.transitions
+    return {
+        "rho0": _clopper_pearson(p.rho0 * v.votes_invalid, v.votes_invalid, conf),
+        "rho1": _clopper_pearson(p.rho1 * v.votes_valid, v.votes_valid, conf),
+        "alpha": _clopper_pearson(t.n_fixed, t.n_invalid_before, conf),
+        "beta": _clopper_pearson(t.n_broken, t.n_valid_before, conf),
+        "pi": _clopper_pearson(cal.n_pi_valid, cal.n_pi, conf),
+    }
+
+
+def crossfit_intervals(cf: CrossFit, eta: float = 0.05) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per-instance interval endpoints under cross-fitting (each instance gets its fold's fit)."""
+    per_fold = [parameter_intervals(f, eta) for f in cf.fits]
+    return {name: (np.array([iv[name][0] for iv in per_fold])[cf.folds],
+                   np.array([iv[name][1] for iv in per_fold])[cf.folds]) for name in PARAM_NAMES}
+
+
+def error_radius(S, M: int, point: dict, intervals: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Error radius B_k (App. A "Error Radius and Sample Complexity").
+
+    Propagates the parameter intervals through the belief recursion (Eq. 5 and the predict
+    step) and G_k (Eq. 6): for each of the 2^5 corners of the interval box the whole filter is
+    re-run, and B_k is the largest |G_k(corner) - G-hat_k|. ``point`` and ``intervals`` map
+    parameter names to scalars / per-instance arrays (lo, hi). Returns (G-hat, B), both [N, K+1].
+
+    As in the paper, only the corners are searched. The posterior is not monotone in rho0, rho1
+    (the sign of d b / d rho0 depends on whether S > M rho0), so the worst case can lie inside
+    the box and B_k can fall short of its nominal coverage; the coverage test in
+    tests/test_stats_data_identifiability.py measures it on simulated data.
+    """
+    def g_of(params):
+        b, _ = filter_beliefs(S, M, params["rho0"], params["rho1"], params["alpha"],
+                              params["beta"], params["pi"])
+        n = b.shape[0]
+        a = np.broadcast_to(np.asarray(params["alpha"], float), (n,))[:, None]
+        be = np.broadcast_to(np.asarray(params["beta"], float), (n,))[:, None]
+        return gain(b, a, be)
+
+    g_hat = g_of(point)
+    radius = np.zeros_like(g_hat)
+    for corner in itertools.product((0, 1), repeat=len(PARAM_NAMES)):
+        params = {name: intervals[name][side] for name, side in zip(PARAM_NAMES, corner)}
+        radius = np.maximum(radius, np.abs(g_of(params) - g_hat))
+    return g_hat, radius
+
+
+def sign_identifiable(g_hat, radius, tau: float = 0.0):
+    """Eq. 8 (sign identifiability): G-hat_k - B_k > tau or G-hat_k + B_k <= tau."""
+    g_hat, radius = np.asarray(g_hat), np.asarray(radius)
+    return (g_hat - radius > tau) | (g_hat + radius <= tau)
+
+
+@dataclass(frozen=True)
+class JDiagnostic:
+    """Held-out labeled separation test (Sec. 4.3): J-hat with CI and a one-sided p-value."""
+
+    j_hat: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    accept_valid: float
+    accept_invalid: float
+    n_valid: int
+    n_invalid: int
+
+
+def labeled_j_diagnostic(S, y, M: int, n_resamples: int = 2000, seed: int = 0,
+                         confidence: float = 0.95) -> JDiagnostic:
+    """Separation test on labeled plans that does not use EM (Sec. 4.3, Algorithm 1 line 1).
+
+    J-hat = mean acceptance rate of valid plans - that of invalid plans; the CI is a
+    two-sample percentile bootstrap (scipy.stats.bootstrap) and the p-value a one-sided
+    Mann-Whitney U test that valid plans are accepted more often.
+    """
+    rates = np.asarray(S, dtype=float).ravel() / M
+    y = np.asarray(y).ravel().astype(bool)
+    valid, invalid = rates[y], rates[~y]
+    if valid.size < 2 or invalid.size < 2:
+        raise ValueError(f"labeled_j_diagnostic: need >= 2 plans per class, got {valid.size} valid, {invalid.size} invalid")
+    j_hat = float(valid.mean() - invalid.mean())
+    boot = stats.bootstrap((valid, invalid), lambda a, b, axis=-1: a.mean(axis) - b.mean(axis),
+                           n_resamples=n_resamples, confidence_level=confidence,
+                           method="percentile", vectorized=True, rng=np.random.default_rng(seed))
+    p = stats.mannwhitneyu(valid, invalid, alternative="greater").pvalue
+    return JDiagnostic(j_hat, float(boot.confidence_interval.low), float(boot.confidence_interval.high),
+                       float(p), float(valid.mean()), float(invalid.mean()), int(valid.size), int(invalid.size))
+
+
+@dataclass(frozen=True)
+class FlipGrid:
+    """Flip counts over a (J, Delta) grid: ``flips[i, j] / decisions[i, j]`` is the flip rate."""
+
+    j_values: np.ndarray
+    delta_edges: np.ndarray
+    flips: np.ndarray
+    decisions: np.ndarray
+
+    @property
+    def rate(self) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.decisions > 0, self.flips / np.maximum(self.decisions, 1), np.nan)
+
+
+def flip_risk_grid(j_values, delta_edges, n_calib: int = 300, M: int = 8, k_max: int = 5,
+                   n_reps: int = 40, n_eval: int = 500, tau: float = 0.0, seed: int = 0,
+                   method: str = "binomial_em") -> FlipGrid:
+    """Stopping-sign flip probability under the deployed rule over (J, Delta) (RQ3 figure).
+
+    For each J (symmetric judge, rho0 = rho1 = (1-J)/2) and each replication, repair
+    parameters are drawn at random (alpha ~ U(0.05, 0.5), beta ~ U(0.05, 0.9),
+    pi ~ U(0.4, 0.9)), a calibration sample of ``n_calib`` trajectories is simulated and fit,
+    and fresh evaluation trajectories are filtered with the true and the estimated parameters.
+    At every state the true rule (TPM) visits, a flip is a disagreement between sign(G - tau)
+    and sign(G-hat - tau); the state is binned by its true margin Delta = |G - tau|.
+    """
+    from ..data.simulate import simulate_setting  # local import: simulate depends on the model only
+    from ..core.model import NoiseParams
+
+    j_values = np.asarray(j_values, dtype=float)
+    delta_edges = np.asarray(delta_edges, dtype=float)
+    flips = np.zeros((j_values.size, delta_edges.size - 1), dtype=np.int64)
+    decisions = np.zeros_like(flips)
+    rng = np.random.default_rng(seed)
+    for i, j in enumerate(j_values):
+        rho = (1.0 - j) / 2.0
+        for _ in range(n_reps):
+            truth = NoiseParams(rho0=rho, rho1=rho, alpha=rng.uniform(0.05, 0.5),
+                                beta=rng.uniform(0.05, 0.9), pi=rng.uniform(0.4, 0.9))
+            sub_seed = int(rng.integers(2**31))
+            calib_set = simulate_setting(truth, n=n_calib, k_max=1, M=M, seed=sub_seed)
+            est = calibrate(calib_set.S, calib_set.y, M, method=method, seed=sub_seed).params
+            eval_set = simulate_setting(truth, n=n_eval, k_max=k_max, M=M, seed=sub_seed + 1)
+            b_true, _ = filter_beliefs(eval_set.S, M, truth.rho0, truth.rho1, truth.alpha, truth.beta, truth.pi)
+            b_est, _ = filter_beliefs(eval_set.S, M, est.rho0, est.rho1, est.alpha, est.beta, est.pi)
+            g_true = gain(b_true, truth.alpha, truth.beta)
+            g_est = gain(b_est, est.alpha, est.beta)
+            # States visited by the true rule: every round up to and including its commit round.
+            stop_true = g_true <= tau
+            commit = np.where(stop_true.any(1), stop_true.argmax(1), k_max)
+            visited = np.arange(k_max + 1)[None, :] <= commit[:, None]
+            flip = (g_true > tau) != (g_est > tau)
+            margin = np.abs(g_true - tau)[visited]
+            bins = np.digitize(margin, delta_edges) - 1
+            ok = (bins >= 0) & (bins < delta_edges.size - 1)
+            np.add.at(decisions[i], bins[ok], 1)
+            np.add.at(flips[i], bins[ok], flip[visited][ok].astype(np.int64))
+    return FlipGrid(j_values, delta_edges, flips, decisions)

@@ -1,0 +1,239 @@
+"""Step functions of the notebook chain and its path conventions; the ``python -m vrr`` commands.
+
+Notebooks stay thin: each calls one or two functions of ``vrr`` and displays what comes back.
+
+Layout (per setting ``name``; ``results`` is the results root of the run, ``RESULTS=`` in make)::
+
+    results/<name>/arrays.npz            simulated settings: drawn by 01_generate (keyed by the
+                                         results root, so runs with other N never mix)
+    data/real/<name>/arrays.npz          real settings: labeled compact arrays (committed)
+    data/real/<name>/trajectories.jsonl.gz, probe.jsonl.gz, config.json, run_meta.json
+    results/<name>/0X_*.ipynb            executed notebooks (swapped models: results/swap-*/<name>/)
+    results/<name>/calibration.json, replay.npz, stats.json
+    results/tables/*.csv|tex, results/figures/*.png|pdf, results/README.md
+
+Generation of real settings runs in the engine's interpreter, never inside a notebook kernel:
+``python -m vrr generate settings/<name>.yaml`` (see :func:`main`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from .common.paths import REPO_ROOT
+from .data.contract import Setting, load_setting, save_setting
+from .data.simulate import simulate_from_config
+from .settings import load_config
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "-", text.split("/")[-1]).strip("-").lower()
+
+
+@dataclass(frozen=True)
+class SettingPaths:
+    run: str                 # setting name, suffixed when the model or verifier is swapped
+    data_dir: Path
+    results_dir: Path
+
+    @property
+    def arrays(self) -> Path:
+        return self.data_dir / "arrays.npz"
+
+    @property
+    def calibration(self) -> Path:
+        return self.results_dir / "calibration.json"
+
+    @property
+    def replay(self) -> Path:
+        return self.results_dir / "replay.npz"
+
+    @property
+    def stats(self) -> Path:
+        return self.results_dir / "stats.json"
+
+
+def swap_overrides(model: str | None = None, verifier: str | None = None) -> dict[str, Any]:
+    """Setting overrides of a model swap: ``model`` plays generator and repairer, ``verifier`` the judge."""
+    out: dict[str, Any] = {}
+    if model:
+        out.update({"models.generator": model, "models.repairer": model})
+    if verifier:
+        out["models.judge"] = verifier
+    return out
+
+
+def run_name(cfg: dict, model: str | None = None, verifier: str | None = None) -> str:
+    run = cfg["name"]
+    if model and model != cfg["models"]["generator"]:
+        run += f"--gen-{_slug(model)}"
+    if verifier and verifier != cfg["models"]["judge"]:
+        run += f"--judge-{_slug(verifier)}"
+    return run
+
+
+def setting_paths(cfg: dict, data_root: str | os.PathLike = "data", results_root: str | os.PathLike = "results",
+                  model: str | None = None, verifier: str | None = None) -> SettingPaths:
+    """Where a setting's data and results live; swapping the model or verifier makes a new run name."""
+    run = run_name(cfg, model, verifier)
+    results_dir = Path(results_root) / cfg["name"]
+    if cfg["kind"] == "simulated":
+        return SettingPaths(run, results_dir, results_dir)
+    data_dir = Path(data_root) / "real" / run
+    if run == cfg["name"] and Path(data_root) == Path("data"):
+        data_dir = Path(cfg["data_dir"])
+    return SettingPaths(run, data_dir, results_dir)
+
+
+def generate(cfg: dict, paths: SettingPaths, n: int | None = None, seed: int | None = None,
+             run_engine: bool = False, engine_python: str | None = None, model: str | None = None,
+             verifier: str | None = None, backend: str | None = None) -> Setting:
+    """01_generate. Simulated: draw the arrays from the registered parameters. Real: use the
+    frozen trajectories when their labeled arrays exist; otherwise, with ``run_engine``, run
+    (or resume) the LLM loop and labeling in a separate engine process."""
+    if cfg["kind"] == "simulated":
+        setting = simulate_from_config(cfg, n=n, seed=seed)
+        setting.meta["models_are_labels_only"] = True
+        save_setting(paths.arrays, setting)
+        return setting
+    if paths.arrays.is_file():
+        return load_setting(paths.arrays)
+    if not run_engine:
+        raise FileNotFoundError(
+            f"{paths.arrays}: no frozen trajectories for real setting '{paths.run}'. Generate them with "
+            f"`make generate SETTINGS={cfg['name']}` (needs the engine; hours on a CPU) or replay a committed setting.")
+    overrides = swap_overrides(model, verifier)
+    if n is not None:
+        overrides["window.N"] = n
+    if seed is not None:
+        overrides["seed"] = seed
+    if backend:
+        overrides["engine.backend"] = backend
+    run_generation_process(cfg["_path"], paths, overrides, python=engine_python)
+    return load_setting(paths.arrays)
+
+
+def _set_args(overrides: dict[str, Any]) -> list[str]:
+    return [a for k, v in overrides.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+
+
+def run_generation_process(setting_file: str, paths: SettingPaths, overrides: dict[str, Any],
+                           python: str | None = None) -> None:
+    """``python -m vrr generate`` in the engine's interpreter (vLLM runs in its own process)."""
+    python = python or os.environ.get("VRR_ENGINE_PYTHON") or sys.executable
+    args = [python, "-m", "vrr", "generate", setting_file, "--run-name", paths.run,
+            "--out-root", str(paths.data_dir.parent), *_set_args(overrides)]
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(args, cwd=REPO_ROOT, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"generation failed for {paths.run} (exit {proc.returncode}); rerun to resume")
+    if not paths.arrays.is_file():
+        raise RuntimeError(f"{paths.arrays}: generation stopped before the window was complete; rerun to resume")
+
+
+# --------------------------------------------------------------------------- python -m vrr
+def _parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise SystemExit(f"--set takes key=value (a dotted key of the setting), got {pair!r}")
+        key, value = pair.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def _resolve(a) -> tuple[dict, dict]:
+    overrides = _parse_sets(a.set or [])
+    overrides.update(swap_overrides(getattr(a, "model", None), getattr(a, "verifier", None)))
+    for flag, key in (("n", "window.N"), ("probe_n", "probe.n"), ("seed", "seed"), ("backend", "engine.backend"),
+                      ("batch_size", "engine.batch_size")):
+        if getattr(a, flag, None) is not None:
+            overrides[key] = getattr(a, flag)
+    return load_config(a.setting, overrides=overrides), overrides
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from .label.labeling import finalize_setting, relabel
+    from .loop import runner, store
+    from .loop.config import WINDOW_KEYS, from_stored, run_config
+
+    ap = argparse.ArgumentParser(prog="python -m vrr", description="VRR-Stop reproduction: run the LLM loop, label.")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    def setting_args(p):
+        p.add_argument("setting", help="a setting name (settings/<name>.yaml) or a path to a setting YAML")
+        p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="override a field of the setting, e.g. --set window.N=200 --set models.judge=NAME")
+        p.add_argument("--model", help="generator and repairer model (a swap: the run gets its own name)")
+        p.add_argument("--verifier", help="judge model (a swap)")
+        p.add_argument("--n", type=int, help="= --set window.N=")
+        p.add_argument("--probe-n", type=int, help="= --set probe.n=")
+        p.add_argument("--seed", type=int, help="= --set seed=")
+        p.add_argument("--backend", help="= --set engine.backend=")
+        p.add_argument("--batch-size", type=int, help="= --set engine.batch_size=")
+        p.add_argument("--run-name", help="output folder name (default: the setting name, suffixed on a swap)")
+
+    g = sub.add_parser("generate", help="run or resume a real setting, then label its window")
+    setting_args(g)
+    g.add_argument("--out-root", default=str(store.DEFAULT_OUT_ROOT))
+    g.add_argument("--limit", type=int, help="at most this many new instances/probe plans this call")
+    g.add_argument("--phase", choices=["all", "probe", "traj"], default="all")
+    g.add_argument("--no-finalize", action="store_true", help="do not label the window after generating")
+    g.add_argument("--finalize-only", action="store_true",
+                   help="only rebuild the outputs from the stored records (window lengths from --n/--probe-n)")
+    g.add_argument("--no-progress", action="store_true")
+    r = sub.add_parser("resolve", help="print the resolved setting and run config (no engine)")
+    setting_args(r)
+    lab = sub.add_parser("label", help="relabel stored runs: data/real/<setting> [...]")
+    lab.add_argument("run_dirs", nargs="+")
+    j = sub.add_parser("measure-judge-styles", help="J of each judge style on the same plans (no generation)")
+    setting_args(j)
+    j.add_argument("--styles", required=True, help="comma list: style[:votes[:max_plans]]")
+    j.add_argument("--split", default="train")
+    j.add_argument("--start", type=int, default=5000)
+    j.add_argument("--problems", type=int, default=40)
+    j.add_argument("--out", help="JSON output")
+    a = ap.parse_args(argv)
+
+    if a.command == "label":
+        for d in a.run_dirs:
+            print(d, relabel(d))
+        return 0
+    cfg, _ = _resolve(a)
+    name = a.run_name or run_name(load_config(a.setting), a.model, a.verifier)
+    if a.command == "resolve":
+        shown = {k: v for k, v in cfg.items() if not k.startswith("_")}
+        out = {"setting": shown}
+        if cfg["kind"] == "real":
+            out["run_config"] = run_config(cfg, setting=name).to_json()
+        print(json.dumps(out, indent=1))
+        return 0
+    rc = run_config(cfg, setting=name)
+    if a.command == "measure-judge-styles":
+        engines = runner.make_engines(rc, runner.get_task(rc.dataset))
+        res = runner.measure_judge_styles(engines, rc, a.styles.split(","), split=a.split, start=a.start,
+                                          n=a.problems, votes=rc.probe_votes, out_path=a.out)
+        print(json.dumps(res, indent=1))
+        return 0
+    paths = store.RunPaths(a.out_root, rc.setting)
+    if a.finalize_only:
+        stored = from_stored(store.read_stored_config(paths), str(paths.config))
+        for key in WINDOW_KEYS:
+            if getattr(a, key, None) is not None:
+                setattr(stored, key, getattr(a, key))
+        print(finalize_setting(paths, stored))
+        return 0
+    phases = ("probe", "traj") if a.phase == "all" else (a.phase,)
+    runner.generate(rc, out_root=a.out_root, limit=a.limit, phases=phases, progress=not a.no_progress)
+    if not a.no_finalize:
+        print(finalize_setting(paths, rc))
+    return 0

@@ -1,0 +1,170 @@
+"""Text trajectories -> labeled compact arrays of the data contract (:mod:`vrr.data`), step 02.
+
+* ``S[i, k]``  = number of verifier outputs on plan p_k that parse as ACCEPT (the verifier
+  plug-in's ``parse``; unparsable outputs count as rejections), re-parsed from the stored text so
+  a parser change relabels without regenerating;
+* ``y[i, k]``  = the task's validity rule on p_k's extracted final answer against the ORIGINAL
+  problem (App. B: labels always use the unperturbed statement; GSM8K: exact numeric match);
+* probe ``probe_S`` / ``probe_y`` likewise for the calibration probe (16 votes per plan).
+
+:func:`finalize_setting` freezes a run's window: it writes ``trajectories.jsonl.gz`` /
+``probe.jsonl.gz`` and ``arrays.npz`` (``arrays.partial.npz`` while the window is incomplete).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..core.model import class_accept_rates
+from ..data.contract import Setting, save_setting
+from ..loop import store
+from ..loop.config import RunConfig, from_stored
+from ..loop.tasks import Task, get_task
+from ..loop.verifiers import make_verifier
+from ..settings import SettingConfigError, load_config
+
+
+def label_records(records: Sequence[dict], task: Task, verifier, M: int) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(S [N,K+1], y [N,K+1], stats) from trajectory records (all with the same K)."""
+    if not records:
+        raise ValueError("no trajectory records")
+    K1 = len(records[0]["rounds"])
+    N = len(records)
+    S = np.zeros((N, K1), dtype=np.int64)
+    y = np.zeros((N, K1), dtype=np.int8)
+    unparsable = 0
+    truncated = 0
+    for i, r in enumerate(records):
+        if len(r["rounds"]) != K1:
+            raise ValueError(f"instance {r['index']} has {len(r['rounds'])} rounds, expected {K1}")
+        problem = task.problem(r["split"], r["index"])
+        for k, rd in enumerate(r["rounds"]):
+            outs = rd["judge"]
+            if len(outs) != M:
+                raise ValueError(f"instance {r['index']} round {k}: {len(outs)} votes, expected {M}")
+            parsed = [verifier.parse(t) for t in outs]
+            unparsable += sum(p is None for p in parsed)
+            S[i, k] = sum(p == 1 for p in parsed)
+            y[i, k] = task.label_round(rd, problem)
+            truncated += int(rd.get("finish") == "length")
+    stats = {"judge_unparsable_frac": unparsable / float(N * K1 * M),
+             "plans_truncated_frac": truncated / float(N * K1)}
+    return S, y, stats
+
+
+def label_probe(records: Sequence[dict], task: Task, verifier) -> tuple[np.ndarray, np.ndarray, int]:
+    """(probe_S, probe_y, votes per plan) from probe records."""
+    if not records:
+        raise ValueError("no probe records")
+    pm = len(records[0]["votes"] if "votes" in records[0] else records[0]["judge"])
+    S = np.array([sum(verifier.parse(t) == 1 for t in r["judge"]) for r in records], dtype=np.int64)
+    y = np.array([task.label_round(r, task.problem(r["split"], r["index"])) for r in records], dtype=np.int8)
+    return S, y, pm
+
+
+def _registry_label(setting: str) -> str:
+    """The display label of ``settings/<setting>.yaml`` (tables, figures), else the name."""
+    try:
+        return load_config(setting)["label"]
+    except (FileNotFoundError, SettingConfigError):
+        return setting
+
+
+def build_setting(cfg: RunConfig, traj: Sequence[dict], probe: Sequence[dict] | None,
+                  run_meta: dict | None = None, stored_config: dict | None = None) -> Setting:
+    """A :class:`vrr.data.Setting` from records and the run's config.
+
+    ``meta["config"]`` is the run's ``config.json`` as stored (``stored_config``), so relabeling a
+    frozen run reproduces its arrays byte for byte.
+    """
+    task = get_task(cfg.dataset)
+    verifier = make_verifier(cfg.verifier, cfg.judge_style, cfg.judge_tokens(), cfg.judge_temperature)
+    S, y, stats = label_records(traj, task, verifier, cfg.M)
+    meta: dict[str, Any] = {
+        "setting": cfg.setting, "label": _registry_label(cfg.setting), "task": cfg.dataset, "dataset": cfg.dataset,
+        "split": cfg.split, "indices": [int(r["index"]) for r in traj],
+        "M": cfg.M, "K_max": cfg.K_max, "config": stored_config if stored_config is not None else cfg.to_json(),
+        "temperatures": {"generate": cfg.gen_temperature, "judge": cfg.judge_temperature,
+                         "repair": cfg.repair_temperature},
+        "seeds": {"engine": cfg.seed, "perturbation": cfg.seed},
+        "models": {"generator": cfg.model, "judge": cfg.judge_model, "repairer": cfg.repairer_model},
+        "label_rule": task.label_rule,
+        "label_stats": stats,
+        "validity_by_round": [float(v) for v in y.mean(axis=0)],
+        "accept_rate_by_round": [float(v) for v in (S.mean(axis=0) / cfg.M)],
+    }
+    if run_meta:
+        eng = run_meta.get("engine", {})
+        meta["engine"] = {k: eng.get(k) for k in ("backend", "model", "engine_config", "versions")}
+        mi = eng.get("model_info") or {}
+        meta["model_sha256"] = mi.get("sha256")
+        meta["model_source"] = {k: mi.get(k) for k in ("hf_id", "quant", "packages", "source")}
+        meta["package_versions"] = eng.get("versions")
+        meta["generation_seconds"] = run_meta.get("total_seconds")
+    kw = {}
+    if probe:
+        pS, py, pM = label_probe(probe, task, verifier)
+        kw = dict(probe_S=pS, probe_M=pM, probe_y=py)
+        meta["probe"] = {"split": probe[0]["split"], "indices": [int(r["index"]) for r in probe],
+                         "votes": pM, **class_accept_rates(pS, py, pM)}
+    return Setting(S=S, y=y, M=cfg.M, meta=meta, **kw)
+
+
+def finalize_setting(paths: store.RunPaths, cfg: RunConfig | None = None,
+                     out_root: Path | None = None) -> str:
+    """Freeze the window of a run and (re)build its labeled arrays.
+
+    ``cfg`` (the requested config) is checked against the stored ``config.json`` and may change
+    the window lengths; without it the stored config is used as is. The window is
+    ``start .. start + n`` (and the probe's ``probe_n``): records beyond it stay in the part files
+    but are left out of the outputs, so a longer run can be frozen at a prefix. Returns
+    "complete" (arrays.npz written), "partial" (arrays.partial.npz; an existing arrays.npz of an
+    earlier, shorter frozen window is left in place) or "empty".
+    """
+    out_root = Path(out_root) if out_root is not None else paths.dir.parent
+    if cfg is not None:
+        store.check_config(paths, cfg)
+    stored_config = store.read_stored_config(paths)
+    cfg = from_stored(stored_config, str(paths.config))
+
+    traj = store.unique_by_index(store.read_part(paths.traj_part, repair=False))
+    want = set(range(cfg.start, cfg.start + cfg.n))
+    traj = [r for r in traj if r["index"] in want]
+    traj_complete = {r["index"] for r in traj} == want
+    if cfg.probe_from:
+        src = store.RunPaths(out_root, cfg.probe_from)
+        probe = store.unique_by_index(store.read_part(src.probe_part, repair=False)) if src.probe_part.exists() else []
+        src_cfg = store.read_stored_config(src) if src.config.exists() else {}
+        probe_n = src_cfg.get("probe_n", 0)
+        probe_split = src_cfg.get("probe_split")
+        probe_start = src_cfg.get("probe_start", 0)
+    else:
+        probe = store.unique_by_index(store.read_part(paths.probe_part, repair=False))
+        probe_n, probe_split, probe_start = cfg.probe_n, cfg.probe_split, cfg.probe_start
+    pwant = set(range(probe_start, probe_start + probe_n)) if probe_split else set()
+    probe = [r for r in probe if r["index"] in pwant]
+    probe_complete = {r["index"] for r in probe} == pwant
+    if traj_complete:
+        store.write_jsonl_gz(paths.traj, traj)
+    if probe_complete and probe and not cfg.probe_from:  # a shared probe is stored once, by its owner
+        store.write_jsonl_gz(paths.probe, probe)
+    if not traj:
+        return "empty"
+    run_meta = store.read_run_meta(paths)
+    setting = build_setting(cfg, traj, probe or None, run_meta=run_meta, stored_config=stored_config)
+    if traj_complete and (probe_complete or not pwant):
+        save_setting(paths.arrays, setting)
+        paths.arrays_partial.unlink(missing_ok=True)
+        return "complete"
+    setting.meta["partial"] = {"instances_done": len(traj), "instances_total": len(want),
+                               "probe_done": len(probe), "probe_total": len(pwant)}
+    save_setting(paths.arrays_partial, setting)
+    return "partial"
+
+
+def relabel(run_dir: str | Path) -> str:
+    """Rebuild a run's arrays from its stored records and config (no engine)."""
+    run_dir = Path(run_dir)
+    return finalize_setting(store.RunPaths(run_dir.parent, run_dir.name))

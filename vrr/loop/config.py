@@ -1,0 +1,118 @@
+"""The resolved generation config of one run: the setting YAML (``vrr.settings``) flattened into
+what the loop runs, saved as ``config.json`` beside the data and checked on every resume.
+
+:func:`run_config` is the only way a ``RunConfig`` is made from a setting: every protocol field
+comes from the YAML (plus explicit overrides, which go through the same checks). The field names
+are those of the committed runs' ``config.json`` files; fields added since (the judge's and the
+repairer's models, the verifier kind, the task) are read from an older file with the values those
+runs used (:func:`from_stored`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from .verifiers import JUDGE_MAX_TOKENS
+
+
+@dataclass
+class RunConfig:
+    setting: str
+    dataset: str                       # the task
+    model: str                         # generator
+    judge_model: str
+    repairer_model: str
+    verifier: str                      # verifier kind
+    backend: str
+    split: str
+    start: int
+    n: int
+    K_max: int
+    M: int
+    judge_style: str
+    judge_max_tokens: int | None       # None: the style's default
+    repair_style: str
+    repair_mode: str                   # "repair" | "resample" (the independent-resampling control)
+    gen_temperature: float
+    judge_temperature: float
+    repair_temperature: float
+    gen_max_tokens: int
+    repair_max_tokens: int
+    perturb: str                       # "none" | "numeric" | "condition" | "auto"
+    perturb_from_round: int            # plans p_k with from <= k <= to come from a perturbed repair prompt
+    perturb_to_round: int | None       # None: K_max
+    seed: int
+    batch_size: int
+    max_model_len: int
+    probe_split: str | None
+    probe_start: int
+    probe_n: int
+    probe_votes: int
+    probe_from: str | None             # reuse the probe of another setting (same models and judge)
+    notes: str = ""
+
+    def judge_tokens(self) -> int:
+        return self.judge_max_tokens or JUDGE_MAX_TOKENS[self.judge_style]
+
+    def perturbed_round(self, k: int) -> bool:
+        if self.perturb == "none":
+            return False
+        hi = self.K_max if self.perturb_to_round is None else self.perturb_to_round
+        return self.perturb_from_round <= k <= hi
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# Keys that may change between sessions of one run without changing what an instance is:
+# how it is computed (batch size, backend, notes, context length) and the window LENGTHS
+# (a run can be frozen at a prefix and extended later; config.json records the latest).
+NON_PROTOCOL_KEYS = {"batch_size", "backend", "notes", "max_model_len"}
+WINDOW_KEYS = {"n", "probe_n"}
+
+
+def run_config(cfg: dict, setting: str | None = None) -> RunConfig:
+    """Flatten a validated setting (``vrr.settings.load_config``) into the run's config.
+
+    ``setting`` names the output folder when it differs from the setting's name (a swapped model).
+    """
+    if cfg["kind"] != "real":
+        raise ValueError(f"{cfg.get('_path', cfg['name'])}: field 'kind': only real settings are generated")
+    pert, probe, temps, tokens = cfg["perturbation"], cfg["probe"], cfg["temperatures"], cfg["max_tokens"]
+    return RunConfig(
+        setting=setting or cfg["name"], dataset=cfg["task"], model=cfg["models"]["generator"],
+        judge_model=cfg["models"]["judge"], repairer_model=cfg["models"]["repairer"],
+        verifier=cfg["verifier"]["kind"], backend=cfg["engine"]["backend"],
+        split=cfg["window"]["split"], start=cfg["window"]["start"], n=cfg["window"]["N"],
+        K_max=cfg["K_max"], M=cfg["M"], judge_style=cfg["verifier"]["style"],
+        judge_max_tokens=cfg["verifier"]["max_tokens"], repair_style=cfg["repair"]["style"],
+        repair_mode=cfg["repair"]["mode"], gen_temperature=temps["generate"], judge_temperature=temps["judge"],
+        repair_temperature=temps["repair"], gen_max_tokens=tokens["generate"], repair_max_tokens=tokens["repair"],
+        perturb=pert["edit"], perturb_from_round=pert["from_round"], perturb_to_round=pert["to_round"],
+        seed=cfg["seed"], batch_size=cfg["engine"]["batch_size"], max_model_len=tokens["context"],
+        probe_split=probe["split"], probe_start=probe["start"], probe_n=probe["n"], probe_votes=probe["M"], probe_from=probe["from"])
+
+
+def from_stored(stored: dict[str, Any], source: str = "config.json") -> RunConfig:
+    """A ``RunConfig`` from a saved ``config.json``. Files written before the judge and repairer
+    could differ from the generator lack those fields: the runs used one model for all roles and
+    an LLM judge, which is what is filled in."""
+    data = dict(stored)
+    data.setdefault("judge_model", data.get("model"))
+    data.setdefault("repairer_model", data.get("model"))
+    data.setdefault("verifier", "llm_judge")
+    known = {f.name for f in dataclasses.fields(RunConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{source}: field '{unknown[0]}': unknown key in a run config")
+    try:
+        return RunConfig(**data)
+    except TypeError as exc:
+        raise ValueError(f"{source}: {exc}") from exc
+
+
+def protocol_differences(stored: RunConfig, requested: RunConfig) -> list[str]:
+    """The protocol fields in which two configs differ (window lengths and ``NON_PROTOCOL_KEYS`` excluded)."""
+    a, b = stored.to_json(), requested.to_json()
+    return sorted(k for k in a if k not in NON_PROTOCOL_KEYS | WINDOW_KEYS and a[k] != b[k])

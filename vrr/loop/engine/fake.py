@@ -1,0 +1,83 @@
+"""A deterministic stand-in for the vLLM engine, so generate -> label runs without vLLM.
+
+It answers the same ``chat(conversations, temperature, max_tokens, n)`` calls as
+:class:`vrr.loop.engine.backend.VLLMEngine`, from the task's own data:
+
+* generator: a correct plan for problems with an even index, a wrong one for odd indices;
+* judge: on a correct plan, votes m = 0, 2, 4, ... accept; on a wrong plan, m = 0, 4, 8, ...
+  accept (so the judge discriminates, J = 0.25);
+* repairer: flips the plan's correctness.
+
+Plans are written by ``task.synthetic_plan``; the problem is found by its text in the
+conversation. ``fail_after=k`` raises ``KeyboardInterrupt`` on call k + 1 (a kill mid-run).
+Use it with ``backend: fake`` in a setting, or ``make_engine(..., backend="fake", task=...)``.
+"""
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+from ..prompts import plan_of, problem_of
+
+
+class FakeEngine:
+    backend = "fake"
+
+    def __init__(self, task, model: str = "fake", seed: int = 0, fail_after: int | None = None,
+                 splits: Sequence[str] = ("test", "train")):
+        self.task, self.model, self.seed, self.fail_after = task, model, seed, fail_after
+        self.splits = tuple(splits)
+        self._by_text: dict | None = None
+        self.calls: list[dict] = []
+        self.last_info: dict = {}
+        self.load_seconds = 0.0
+        self.stats = {"calls": 0, "prompt_tokens": 0, "generated_tokens": 0, "seconds": 0.0}
+
+    def _lookup(self, text: str):
+        if self._by_text is None:
+            self._by_text = {}
+            for split in self.splits:
+                for p in self.task.load(split):
+                    self._by_text.setdefault(p.question, p)
+        return self._by_text.get(text)
+
+    def _correct(self, plan: str, problem) -> bool:
+        return problem is not None and bool(self.task.is_valid(self.task.extract_answer(plan), problem))
+
+    def chat(self, conversations, temperature: float, max_tokens: int, n: int = 1, **_) -> list[list[str]]:
+        if not max_tokens or max_tokens <= 0:
+            raise ValueError("max_tokens must be set (> 0)")
+        if self.fail_after is not None and len(self.calls) >= self.fail_after:
+            raise KeyboardInterrupt("fake engine: simulated kill")
+        t0 = time.time()
+        self.calls.append({"n": n, "B": len(conversations), "temperature": temperature, "max_tokens": max_tokens})
+        outs = []
+        for conv in conversations:
+            problem = self._lookup(problem_of(conv))
+            role = self.task.prompts.role_of(conv)
+            if role == "judge":
+                ok = self._correct(plan_of(conv), problem)
+                outs.append(["ACCEPT" if (ok and m % 2 == 0) or (not ok and m % 4 == 0) else "REJECT"
+                             for m in range(n)])
+            elif role == "repairer":
+                ok = self._correct(plan_of(conv), problem)
+                outs.append([self._plan(problem, not ok)] * n)
+            else:
+                outs.append([self._plan(problem, problem is not None and problem.index % 2 == 0)] * n)
+        prompt_tokens = sum(len(m["content"].split()) for c in conversations for m in c)
+        generated = sum(len(t.split()) for o in outs for t in o)
+        self.last_info = {"finish_reasons": [["stop"] * n for _ in conversations], "prompt_tokens": prompt_tokens,
+                          "generated_tokens": generated, "seconds": time.time() - t0}
+        self.stats["calls"] += 1
+        self.stats["prompt_tokens"] += prompt_tokens
+        self.stats["generated_tokens"] += generated
+        return outs
+
+    def _plan(self, problem, correct: bool) -> str:
+        if problem is None:
+            return "I could not find the problem. The answer is 0."
+        return self.task.synthetic_plan(problem, correct)
+
+    def describe(self) -> dict:
+        return {"backend": "fake", "model": self.model, "seed": self.seed, "load_seconds": 0.0,
+                "engine_config": {}, "versions": {}}

@@ -1,0 +1,276 @@
+"""The frozen-trajectory protocol (paper Sec. 3.2, App. B "Full Experimental Setup").
+
+Per instance (``repair_mode="repair"``): the generator writes p_0; for k = 0..K_max the verifier
+gives M votes on p_k (one ``n=M`` request, so the votes share one prefill); for k < K_max an
+UNCONDITIONAL repair p_k -> p_{k+1} from the plan and the verifier's feedback (never gated, so the
+first-round transitions are free of selection bias). ``repair_mode="resample"`` is the
+independent-resampling control of the non-stationarity diagnostic: p_{k+1} is a fresh generator
+sample under the same budget and perturbation schedule.
+
+Prompt-mismatch (PM) stress: the repairer's copy of the problem is perturbed (deterministically per
+seed and index, by the task plug-in) for the rounds the setting names; the verifier and the labels
+always use the original. The calibration probe gives ``probe_votes`` (16) votes on one generator
+plan for each problem of a window disjoint from the evaluation window.
+
+Everything a run does comes from its :class:`vrr.loop.config.RunConfig`, resolved from the setting
+YAML; :func:`generate` runs or resumes it into the trajectory store (``vrr.loop.store``). Labeling
+the finished window into arrays is the next stage (``vrr.label``); ``python -m vrr generate``
+runs both.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from ..core.model import class_accept_rates
+from . import store
+from .config import RunConfig
+from .redact import redact_record
+from .tasks import Problem, Task, get_task
+from .verifiers import JUDGE_MAX_TOKENS, make_verifier
+
+ROLES = ("generator", "judge", "repairer")
+
+
+class ChatEngine(Protocol):
+    def chat(self, conversations: Sequence[Sequence[dict]], temperature: float, max_tokens: int,
+             n: int = 1) -> list[list[str]]: ...
+
+
+def role_models(cfg: RunConfig) -> dict[str, str]:
+    return {"generator": cfg.model, "judge": cfg.judge_model, "repairer": cfg.repairer_model}
+
+
+def make_engines(cfg: RunConfig, task: Task, **engine_kwargs) -> dict[str, ChatEngine]:
+    """One engine per distinct model of the three roles (one shared engine when they coincide)."""
+    from .engine import make_engine
+
+    by_model: dict[str, ChatEngine] = {}
+    for model in dict.fromkeys(role_models(cfg).values()):
+        by_model[model] = make_engine(model, backend=cfg.backend, seed=cfg.seed, max_model_len=cfg.max_model_len,
+                                      task=task, **engine_kwargs)
+    return {role: by_model[m] for role, m in role_models(cfg).items()}
+
+
+def _as_roles(engine) -> dict[str, ChatEngine]:
+    return engine if isinstance(engine, dict) else {role: engine for role in ROLES}
+
+
+def describe_engines(engines: dict[str, ChatEngine]) -> dict:
+    """run_meta's engine record: the generator's engine, plus the others' where they differ."""
+    def desc(e):
+        return e.describe() if hasattr(e, "describe") else {"engine": type(e).__name__}
+
+    out = desc(engines["generator"])
+    others = {r: desc(e) for r, e in engines.items() if e is not engines["generator"]}
+    if others:
+        out = {**out, "other_roles": others}
+    return out
+
+
+def _redacted(task: Task, record: dict) -> dict:
+    """Records are stored without verbatim copies of the problem text (vrr.loop.redact)."""
+    problem = task.problem(record["split"], record["index"]).question
+    return redact_record(record, problem, task.extract_answer)
+
+
+def _finish(engine, j: int) -> str | None:
+    fr = (getattr(engine, "last_info", None) or {}).get("finish_reasons")
+    return fr[j][0] if fr is not None and j < len(fr) and fr[j] else None
+
+
+class _Tokens:
+    def __init__(self):
+        self.counts = {"prompt": 0, "generated": 0}
+
+    def add(self, engine) -> None:
+        info = getattr(engine, "last_info", None) or {}
+        self.counts["prompt"] += int(info.get("prompt_tokens", 0))
+        self.counts["generated"] += int(info.get("generated_tokens", 0))
+
+
+def run_batch(engine, cfg: RunConfig, problems: Sequence[Problem], batch_id: int = 0,
+              task: Task | None = None) -> list[dict]:
+    """Run the full frozen-trajectory protocol for a batch of problems; one record each.
+
+    Batched across instances: for round k there is one request over all the batch's verifier
+    conversations (``n=M``) and one over all repair conversations (``n=1``).
+    """
+    task = task or get_task(cfg.dataset)
+    engines = _as_roles(engine)
+    verifier = make_verifier(cfg.verifier, cfg.judge_style, cfg.judge_tokens(), cfg.judge_temperature)
+    t0 = time.time()
+    B = len(problems)
+    specs = [task.make_perturbation(p, cfg.seed, cfg.perturb) if cfg.perturb != "none" else None for p in problems]
+    rounds: list[list[dict]] = [[] for _ in range(B)]
+    tokens = _Tokens()
+    gen, rep = engines["generator"], engines["repairer"]
+    outs = gen.chat([task.prompts.generator_messages(p.question) for p in problems],
+                    temperature=cfg.gen_temperature, max_tokens=cfg.gen_max_tokens, n=1)
+    tokens.add(gen)
+    for i in range(B):
+        rounds[i].append({"k": 0, "source": "generate", "perturbed": False, "plan": outs[i][0],
+                          "finish": _finish(gen, i)})
+    for k in range(cfg.K_max + 1):
+        jout, votes = verifier.votes(engines["judge"], task, [p.question for p in problems],
+                                     [rounds[i][k]["plan"] for i in range(B)], cfg.M)
+        tokens.add(engines["judge"])
+        for i in range(B):
+            rounds[i][k]["judge"] = jout[i]
+            rounds[i][k]["votes"] = votes[i]
+        if k == cfg.K_max:
+            break
+        pert = cfg.perturbed_round(k + 1)
+        convs = []
+        for i, p in enumerate(problems):
+            q = task.apply_perturbation(p.question, specs[i]) if pert else p.question
+            if cfg.repair_mode == "resample":
+                convs.append(task.prompts.generator_messages(q))
+            else:
+                convs.append(task.prompts.repair_messages(q, task.clip_plan(rounds[i][k]["plan"]),
+                                                          verifier.feedback(jout[i]), cfg.repair_style))
+        engine_k = gen if cfg.repair_mode == "resample" else rep  # a fresh sample comes from the generator
+        rout = engine_k.chat(convs, temperature=cfg.repair_temperature, max_tokens=cfg.repair_max_tokens, n=1)
+        tokens.add(engine_k)
+        for i in range(B):
+            perturbed = bool(pert and specs[i] and specs[i]["kind"] != "none")
+            rounds[i].append({"k": k + 1, "source": cfg.repair_mode, "perturbed": perturbed, "plan": rout[i][0],
+                              "finish": _finish(engine_k, i)})
+    dt = time.time() - t0
+    return [{**p.ref, "setting": cfg.setting, "perturbation": specs[i], "rounds": rounds[i],
+             "batch": batch_id, "batch_size": B, "batch_seconds": round(dt, 2),
+             "batch_tokens": tokens.counts, "finished_at": round(time.time(), 1)}
+            for i, p in enumerate(problems)]
+
+
+def run_probe_batch(engine, cfg: RunConfig, problems: Sequence[Problem], batch_id: int = 0,
+                    task: Task | None = None) -> list[dict]:
+    """Calibration probe: one generator plan per problem, ``probe_votes`` verifier votes on it."""
+    task = task or get_task(cfg.dataset)
+    engines = _as_roles(engine)
+    verifier = make_verifier(cfg.verifier, cfg.judge_style, cfg.judge_tokens(), cfg.judge_temperature)
+    t0 = time.time()
+    outs = engines["generator"].chat([task.prompts.generator_messages(p.question) for p in problems],
+                                     temperature=cfg.gen_temperature, max_tokens=cfg.repair_max_tokens, n=1)
+    plans = [o[0] for o in outs]
+    jout, votes = verifier.votes(engines["judge"], task, [p.question for p in problems], plans, cfg.probe_votes)
+    dt = time.time() - t0
+    return [{**p.ref, "setting": cfg.setting, "plan": pl, "judge": j, "votes": v, "batch": batch_id,
+             "batch_seconds": round(dt, 2), "finished_at": round(time.time(), 1)}
+            for p, pl, j, v in zip(problems, plans, jout, votes)]
+
+
+def _progress(total: int, initial: int, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit="inst", dynamic_ncols=True, mininterval=5.0,
+                file=sys.stderr)
+
+
+def generate(cfg: RunConfig, engine=None, out_root: Path | str = store.DEFAULT_OUT_ROOT,
+             limit: int | None = None, phases: Sequence[str] = ("probe", "traj"),
+             progress: bool = True, task: Task | None = None) -> store.RunPaths:
+    """Run (or resume) a setting into ``out_root/<setting>/``.
+
+    ``engine``: one engine for every role, a ``{role: engine}`` mapping, or None to build the
+    engines of the config (one per distinct model). ``limit`` caps the number of NEW instances
+    this call (for timed sessions); ``phases`` selects probe and/or trajectories.
+    """
+    task = task or get_task(cfg.dataset)
+    paths = store.RunPaths(Path(out_root), cfg.setting)
+    store.check_config(paths, cfg)
+    window = task.load(cfg.split)[cfg.start:cfg.start + cfg.n]
+    probe_window: list[Problem] = []
+    if "probe" in phases and cfg.probe_split and cfg.probe_n > 0 and not cfg.probe_from:
+        probe_window = task.load(cfg.probe_split)[cfg.probe_start:cfg.probe_start + cfg.probe_n]
+    done_t = {r["index"] for r in store.read_part(paths.traj_part)}
+    done_p = {r["index"] for r in store.read_part(paths.probe_part)}
+    todo_p = [p for p in probe_window if p.index not in done_p]
+    todo_t = [p for p in window if p.index not in done_t] if "traj" in phases else []
+    if limit is not None:
+        todo_p, todo_t = todo_p[:limit], todo_t[:max(0, limit - len(todo_p))]
+    if not (todo_p or todo_t):
+        return paths
+    session = store.new_session()
+    engines = _as_roles(engine) if engine is not None else make_engines(cfg, task)
+    if engine is None:
+        session["engine_load_seconds"] = round(sum(getattr(e, "load_seconds", 0.0)
+                                                   for e in {id(e): e for e in engines.values()}.values()), 1)
+    desc = describe_engines(engines)
+    t_start = time.time()
+    bs = max(1, cfg.batch_size)
+    for phase, todo, done, total, part, run, counter in (
+            ("probe", todo_p, done_p, len(probe_window), paths.probe_part, run_probe_batch, "probe_plans"),
+            ("traj", todo_t, done_t, len(window), paths.traj_part, run_batch, "instances")):
+        if not todo:
+            continue
+        bar = _progress(total, len(done), f"{cfg.setting} {phase}") if progress else None
+        for b in range(0, len(todo), bs):
+            batch = todo[b:b + bs]
+            recs = run(engines, cfg, batch, batch_id=len(done) // bs + b // bs, task=task)
+            store.append_records(part, [_redacted(task, r) for r in recs])
+            session[counter] += len(recs)
+            session["seconds"] = round(time.time() - t_start, 1)
+            store.update_meta(paths, cfg, desc, session)
+            if bar:
+                bar.update(len(recs))
+        if bar:
+            bar.close()
+    stats = [dict(e.stats) for e in {id(e): e for e in engines.values()}.values() if hasattr(e, "stats")]
+    if stats:
+        session["engine_stats"] = {k: sum(s.get(k, 0) for s in stats) for k in stats[0]}
+    session["seconds"] = round(time.time() - t_start, 1)
+    store.update_meta(paths, cfg, desc, session)
+    return paths
+
+
+def measure_judge_styles(engine, cfg: RunConfig, styles: Sequence[str], split: str = "train",
+                         start: int = 5000, n: int = 40, plans_per_problem: int = 2, votes: int = 16,
+                         out_path: Path | None = None, task: Task | None = None) -> dict:
+    """Judge quality J = accept_rate(valid) - accept_rate(invalid) per judge style (Sec. 3, Youden's J).
+
+    The SAME generator plans (``plans_per_problem`` per problem of a window disjoint from the
+    evaluation and probe windows) are judged by each style with ``votes`` votes, so the styles
+    are compared on identical inputs. Also records generated tokens and seconds per vote.
+    """
+    task = task or get_task(cfg.dataset)
+    engines = _as_roles(engine)
+    probs = task.load(split)[start:start + n]
+    outs = engines["generator"].chat([task.prompts.generator_messages(p.question) for p in probs],
+                                     temperature=cfg.gen_temperature, max_tokens=cfg.gen_max_tokens,
+                                     n=plans_per_problem)
+    items = [(p, pl) for p, o in zip(probs, outs) for pl in o]
+    y = [task.label_round({"plan": pl}, p) for p, pl in items]
+    res = {"model": cfg.model, "judge_model": cfg.judge_model, "split": split, "start": start, "n_problems": n,
+           "plans": len(items), "plan_tokens": (getattr(engines["generator"], "last_info", None) or {}).get(
+               "generated_tokens"), "valid_plans": int(sum(y)), "votes": votes, "styles": {}}
+    for spec in styles:
+        # "style" or "style:votes" or "style:votes:max_plans" (expensive styles on a subset)
+        parts = spec.split(":")
+        st = parts[0]
+        nv = int(parts[1]) if len(parts) > 1 else votes
+        sub = items[:int(parts[2])] if len(parts) > 2 else items
+        ysub = y[:len(sub)]
+        judge = make_verifier("llm_judge", st, JUDGE_MAX_TOKENS[st], cfg.judge_temperature)
+        t0 = time.time()
+        jout, _ = judge.votes(engines["judge"], task, [p.question for p, _ in sub], [pl for _, pl in sub], nv)
+        dt = time.time() - t0
+        info = getattr(engines["judge"], "last_info", None) or {}
+        parsed = [[judge.parse(t) for t in j] for j in jout]
+        S = [sum(v == 1 for v in row) for row in parsed]
+        r = class_accept_rates(np.array(S), np.array(ysub), nv)
+        r.update(votes=nv, plans=len(sub), max_tokens=judge.max_tokens, seconds=round(dt, 1),
+                 gen_tokens_per_vote=round(info.get("generated_tokens", 0) / max(1, len(sub) * nv), 1),
+                 unparsable_frac=round(sum(v is None for row in parsed for v in row) / (len(sub) * nv), 3),
+                 example=jout[0][0][:300] if jout and jout[0] else "")
+        res["styles"][st] = r
+        print(f"[judge-J] {st}: J={r['J']:.3f} acc(valid)={r['accept_valid']:.3f} "
+              f"acc(invalid)={r['accept_invalid']:.3f} tok/vote={r['gen_tokens_per_vote']} {dt:.0f}s",
+              file=sys.stderr, flush=True)
+        if out_path:
+            store.write_record_json(Path(out_path), res)
+    return res

@@ -1,0 +1,84 @@
+"""The task plug-in interface (paper App. B: one task = data, prompts, answer rule, perturbation).
+
+A task supplies:
+
+* problem loading: ``load(split)`` (a local copy under ``../shared/data/<dataset>`` first, the
+  Hugging Face hub for online users), ``problem(split, index)``;
+* its wording of the generator / judge / repair prompts: ``prompts`` (a
+  :class:`vrr.loop.prompts.PromptSet`);
+* answer extraction: ``extract_answer(text)``, stored with every plan before redaction;
+* the validity label: ``is_valid(answer, problem)`` (the task's official rule) and
+  ``label_round(round_record, problem)`` for a stored round;
+* the prompt-mismatch perturbation: ``make_perturbation(problem, seed)`` (a spec that holds only
+  the edited span, never the text) and ``apply_perturbation(text, spec)``;
+* ``synthetic_plan(problem, correct)``: a plan in the task's answer format, for the fake engine
+  backend that lets generate -> label run without vLLM.
+
+``vrr.loop.tasks.get_task(name)`` returns the task plug-in of a setting's ``task`` field.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+MAX_PLAN_CHARS = 4000  # plans longer than this are clipped inside judge/repair prompts
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One benchmark problem. ``answer`` is the task's reference (a worked solution, a gold
+    answer, test cases): whatever its label rule needs."""
+
+    split: str
+    index: int
+    question: str
+    answer: Any
+    dataset: str = ""
+
+    @property
+    def ref(self) -> dict:
+        """How trajectories refer to this problem (never the text)."""
+        return {"dataset": self.dataset, "split": self.split, "index": self.index}
+
+
+class Task:
+    """Base class of the task plug-ins; subclasses set ``name``, ``prompts`` and the methods."""
+
+    name: str = ""
+    prompts = None  # a vrr.loop.prompts.PromptSet
+    label_rule: str = ""  # one line, stored in the arrays' meta
+
+    def load(self, split: str) -> list[Problem]:
+        raise NotImplementedError
+
+    def problem(self, split: str, index: int) -> Problem:
+        problems = self.load(split)
+        if not 0 <= index < len(problems):
+            raise IndexError(f"{self.name} {split}: no problem {index} (the split has {len(problems)})")
+        return problems[index]
+
+    def extract_answer(self, text: str | None) -> Any:
+        raise NotImplementedError
+
+    def is_valid(self, answer: Any, problem: Problem) -> bool:
+        raise NotImplementedError
+
+    def label_round(self, round_record: dict, problem: Problem) -> int:
+        """True validity of one stored plan: its ``answer`` was extracted before the stored text
+        was redacted (vrr.loop.redact); older records fall back to the text itself."""
+        if "answer" in round_record:
+            return int(self.is_valid(round_record["answer"], problem))
+        return int(self.is_valid(self.extract_answer(round_record["plan"]), problem))
+
+    def make_perturbation(self, problem: Problem, seed: int, kind: str = "auto") -> dict:
+        raise NotImplementedError
+
+    def apply_perturbation(self, text: str, spec: dict | None) -> str:
+        raise NotImplementedError
+
+    def synthetic_plan(self, problem: Problem, correct: bool) -> str:
+        raise NotImplementedError
+
+    @staticmethod
+    def clip_plan(plan: str) -> str:
+        return plan if len(plan) <= MAX_PLAN_CHARS else plan[:MAX_PLAN_CHARS] + "\n[...]"

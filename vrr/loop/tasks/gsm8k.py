@@ -1,0 +1,352 @@
+"""GSM8K: the task plug-in (loader, prompts, answer extraction, exact-match label, PM-stress edits).
+
+* ``load_gsm8k(split)`` reads the local copy (``$VRR_GSM8K_DIR``, else ``<repo>/../shared/data/gsm8k``,
+  see ``vrr.common.paths.shared_data_dirs``) and falls back to the Hugging Face hub
+  (``datasets.load_dataset("openai/gsm8k", "main")``, imported lazily) for online users.
+* ``extract_answer(text)`` finds the final numeric answer of a model output:
+  ``\\boxed{N}``, ``#### N``, "The (final) answer is N", "Answer: N", else the last number.
+  Commas, ``$``, ``%``, trailing units and periods are tolerated.
+* ``is_correct`` / ``label`` implement the paper's GSM8K validity rule (exact match, compared
+  numerically; App. B, "True validity is adjudicated by exact match on GSM8K").
+* ``make_perturbation`` / ``apply_perturbation`` build the prompt-mismatch (PM) stress setting
+  (App. B): the repairer's copy of the problem gets a numeric- or condition-level change,
+  deterministic per ``(seed, index)``; judge and labels keep the original. A perturbation spec
+  stores only the edited span (offset, original token, replacement), never the problem text.
+* ``PROMPTS`` is the task's wording of the three roles; :class:`GSM8K` is the plug-in
+  (``vrr.loop.tasks.get_task("gsm8k")``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import re
+from fractions import Fraction
+from pathlib import Path
+
+from ...common.paths import shared_data_dirs
+from ..prompts import PromptSet
+from .base import Problem as _Problem
+from .base import Task
+
+DATASET = "gsm8k"
+SPLITS = ("train", "test")
+
+
+# --------------------------------------------------------------------------- loading
+class Problem(_Problem):
+    """A GSM8K problem: ``answer`` is the worked reference solution ending in ``#### N``."""
+
+    def __init__(self, split: str, index: int, question: str, answer: str):
+        super().__init__(split, index, question, answer, DATASET)
+
+    @property
+    def gold(self) -> str:
+        return gold_answer(self.answer)
+
+
+def _candidate_dirs() -> list[Path]:
+    return shared_data_dirs("gsm8k", env_var="VRR_GSM8K_DIR")
+
+
+def local_path(split: str) -> Path | None:
+    for d in _candidate_dirs():
+        p = d / f"{split}.jsonl"
+        if p.exists():
+            return p
+    return None
+
+
+_CACHE: dict[tuple, list[Problem]] = {}
+
+
+def load_gsm8k(split: str = "test", path: str | os.PathLike | None = None,
+               allow_hub: bool = True) -> list[Problem]:
+    """All problems of ``split`` as :class:`Problem` (index = 0-based row number)."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}")
+    p = Path(path) if path else local_path(split)
+    key = (split, str(p))
+    if key in _CACHE:
+        return _CACHE[key]
+    if p is not None and p.exists():
+        rows = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+    elif allow_hub:  # pragma: no cover - needs network
+        import datasets  # lazy: only online users need it
+
+        ds = datasets.load_dataset("openai/gsm8k", "main")[split]
+        rows = [{"question": r["question"], "answer": r["answer"]} for r in ds]
+    else:
+        raise FileNotFoundError(f"no local GSM8K {split}.jsonl in {_candidate_dirs()}")
+    probs = [Problem(split, i, r["question"], r["answer"]) for i, r in enumerate(rows)]
+    _CACHE[key] = probs
+    return probs
+
+
+def get_problem(split: str, index: int) -> Problem:
+    return load_gsm8k(split)[index]
+
+
+# --------------------------------------------------------------------------- answers
+_NUM = r"-?\$?\s?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?"
+
+
+def gold_answer(solution: str) -> str:
+    """The number after ``####`` in a GSM8K reference solution, commas removed."""
+    m = re.search(r"####\s*(.+)$", solution.strip(), flags=re.S)
+    if not m:
+        raise ValueError("reference solution has no '####'")
+    return m.group(1).strip().replace(",", "").replace("$", "")
+
+
+def parse_number(s: str | None) -> float | None:
+    """Parse '1,000', '$18.00', '18.', '-3', '3/4', '50%', '7 dollars' -> float (None if no number)."""
+    if s is None:
+        return None
+    t = s.strip().replace("\u2212", "-")
+    t = re.sub(r"\\(?:text|mathrm|mbox)\{([^}]*)\}", r"\1", t)
+    t = t.replace("\\$", "$").replace("\\%", "%").replace("\\!", "").replace("{,}", ",")
+    m = re.search(r"\\[dt]?frac\{\s*(-?[\d.,]+)\s*\}\{\s*([\d.,]+)\s*\}", t)
+    if m:
+        try:
+            return float(Fraction(m.group(1).replace(",", "")) / Fraction(m.group(2).replace(",", "")))
+        except (ValueError, ZeroDivisionError):
+            return None
+    m = re.search(_NUM, t)
+    if not m:
+        return None
+    tok = m.group(0).replace("$", "").replace(" ", "")
+    tok = re.sub(r",(?=\d{3}(?:\D|$))", "", tok).replace(",", "")
+    try:
+        if "/" in tok:
+            a, b = tok.split("/", 1)
+            return float(Fraction(a) / Fraction(b))
+        return float(tok)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _boxed(text: str) -> str | None:
+    i = text.rfind("\\boxed")
+    if i < 0:
+        i = text.rfind("\\fbox")
+        if i < 0:
+            return None
+    j = text.find("{", i)
+    if j < 0:
+        return None
+    depth = 0
+    for k in range(j, len(text)):
+        if text[k] == "{":
+            depth += 1
+        elif text[k] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[j + 1:k]
+    return None
+
+
+_ANSWER_PATTERNS = [
+    r"####\s*([^\n]*)",
+    r"(?:the\s+)?final\s+answer\s*(?:is|:|=)\s*:?\s*([^\n]*)",
+    r"the\s+answer\s+is\s*:?\s*([^\n]*)",
+    r"answer\s*[:=]\s*([^\n]*)",
+]
+
+
+def extract_answer(text: str | None) -> str | None:
+    """Final numeric answer of a model output as a normalised string (None if absent).
+
+    Precedence: last ``\\boxed{}``; last "#### N"; last "final answer is N"; last
+    "The answer is N"; last "Answer: N"; otherwise the last number in the text.
+    """
+    if not text:
+        return None
+    cands: list[str] = []
+    b = _boxed(text)
+    if b is not None:
+        cands.append(b)
+    for pat in _ANSWER_PATTERNS:
+        hits = list(re.finditer(pat, text, flags=re.I))
+        if hits:
+            cands.append(hits[-1].group(1))
+    for c in cands:
+        v = parse_number(c)
+        if v is not None:
+            return _fmt(v)
+    nums = re.findall(_NUM, text.replace("\u2212", "-"))
+    for tok in reversed(nums):
+        v = parse_number(tok)
+        if v is not None:
+            return _fmt(v)
+    return None
+
+
+def _fmt(v: float) -> str:
+    if math.isfinite(v) and abs(v - round(v)) < 1e-9:
+        return str(int(round(v)))
+    return repr(round(v, 6))
+
+
+def is_correct(pred: str | float | None, gold: str | float) -> bool:
+    """Exact match compared numerically (GSM8K answers are integers; 1e-6 tolerance)."""
+    if pred is None:
+        return False
+    p = parse_number(pred) if isinstance(pred, str) else float(pred)
+    g = parse_number(gold) if isinstance(gold, str) else float(gold)
+    if p is None or g is None:
+        return False
+    return abs(p - g) <= 1e-6 * max(1.0, abs(g))
+
+
+def label(output_text: str | None, gold: str) -> int:
+    """True validity y in {0,1} of one plan: exact match of its extracted final answer."""
+    return int(is_correct(extract_answer(output_text), gold))
+
+
+# --------------------------------------------------------------------------- perturbations
+# Condition-level swaps (word-bounded, case-preserving on the first letter).
+CONDITION_SWAPS = [
+    ("more than", "less than"), ("less than", "more than"), ("fewer than", "more than"),
+    ("twice", "three times"), ("three times", "twice"), ("double", "triple"), ("triple", "double"),
+    ("half", "a third"), ("a third", "a quarter"), ("a quarter", "a third"),
+    ("increases", "decreases"), ("decreases", "increases"), ("increased", "decreased"),
+    ("decreased", "increased"), ("gains", "loses"), ("loses", "gains"), ("buys", "sells"),
+    ("sells", "buys"), ("each day", "every other day"), ("per hour", "per minute"),
+    ("every day", "every other day"), ("older", "younger"), ("younger", "older"),
+    ("profit", "loss"), ("discount", "markup"), ("more", "fewer"), ("fewer", "more"),
+]
+
+
+def _rng(seed: int, index: int, salt: str = "pm") -> random.Random:
+    h = hashlib.sha256(f"{salt}:{seed}:{index}".encode()).digest()
+    return random.Random(int.from_bytes(h[:8], "big"))
+
+
+def _numeric_spans(q: str) -> list[tuple[int, int, str]]:
+    out = []
+    for m in re.finditer(r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?![\w])", q):
+        out.append((m.start(), m.end(), m.group(0)))
+    return out
+
+
+def _perturb_number(tok: str, rng: random.Random) -> str:
+    clean = tok.replace(",", "")
+    if "." in clean:
+        v = float(clean)
+        new = v * rng.choice([1.5, 2.0, 0.5, 1.25])
+        s = f"{new:.2f}".rstrip("0").rstrip(".")
+        return s if s != clean else f"{v + 1:.2f}".rstrip("0").rstrip(".")
+    v = int(clean)
+    choices = [v + d for d in (1, 2, 3, 5, 7) if v + d != v]
+    if v > 2:
+        choices += [v - d for d in (1, 2) if v - d > 0]
+    if v >= 4:
+        choices += [v * 2, max(1, v // 2) if v // 2 != v else v + 1]
+    new = rng.choice(choices)
+    if new == v:
+        new = v + 1
+    return f"{new:,}" if "," in tok else str(new)
+
+
+def make_perturbation(question: str, seed: int, index: int, kind: str = "auto") -> dict:
+    """Deterministic perturbation spec for problem ``index`` under ``seed``.
+
+    ``kind``: "numeric" (change one number), "condition" (swap one relational phrase),
+    or "auto" (condition with prob. 1/3 when one exists, else numeric). The spec is
+    ``{"kind", "start", "end", "orig", "new", "seed"}``: offsets into the ORIGINAL question.
+    """
+    rng = _rng(seed, index)
+    nums = _numeric_spans(question)
+    conds = []
+    low = question.lower()
+    for a, b in CONDITION_SWAPS:
+        for m in re.finditer(r"\b" + re.escape(a) + r"\b", low):
+            conds.append((m.start(), m.end(), question[m.start():m.end()], b))
+    # remove overlapping duplicates (e.g. "more than" and "more")
+    conds.sort(key=lambda t: (t[0], -(t[1] - t[0])))
+    dedup, last_end = [], -1
+    for c in conds:
+        if c[0] >= last_end:
+            dedup.append(c)
+            last_end = c[1]
+    conds = dedup
+    use_cond = kind == "condition" or (kind == "auto" and conds and (not nums or rng.random() < 1 / 3))
+    if use_cond and conds:
+        s, e, orig, new = conds[rng.randrange(len(conds))]
+        if orig[:1].isupper():
+            new = new[:1].upper() + new[1:]
+        return {"kind": "condition", "start": s, "end": e, "orig": orig, "new": new, "seed": seed}
+    if not nums:
+        return {"kind": "none", "start": 0, "end": 0, "orig": "", "new": "", "seed": seed}
+    s, e, tok = nums[rng.randrange(len(nums))]
+    return {"kind": "numeric", "start": s, "end": e, "orig": tok, "new": _perturb_number(tok, rng),
+            "seed": seed}
+
+
+def apply_perturbation(question: str, spec: dict | None) -> str:
+    """Rebuild the repairer's (perturbed) copy from the original question and a spec."""
+    if not spec or spec.get("kind") in (None, "none"):
+        return question
+    s, e = spec["start"], spec["end"]
+    if question[s:e] != spec["orig"]:
+        raise ValueError("perturbation spec does not match the question text")
+    return question[:s] + spec["new"] + question[e:]
+
+
+# --------------------------------------------------------------------------- prompts and plug-in
+ANSWER_FORMAT = 'End your response with a final line of the form "The answer is N." where N is a number.'
+
+PROMPTS = PromptSet(
+    generator_system="You are a careful math tutor. Solve grade-school math word problems step by step.",
+    generator_instruction="Solve the problem step by step.",
+    answer_format=ANSWER_FORMAT,
+    judge_system=("You are a strict grader. You check whether a proposed solution to a math word "
+                  "problem is correct."),
+    judge_instructions={
+        "verdict": ("Is the proposed solution correct, including its final answer? "
+                    "Reply with exactly one word: ACCEPT if it is correct, REJECT if it is not."),
+        "check": ("Check the key calculation(s) and the final answer against the problem in at most two "
+                  "short sentences. Then write a last line that is exactly \"VERDICT: ACCEPT\" if the "
+                  "solution is correct or \"VERDICT: REJECT\" if it is not."),
+        "reason": ("Solve the problem yourself step by step, then compare your result with the proposed "
+                   "final answer. Finish with a last line that is exactly \"VERDICT: ACCEPT\" if the "
+                   "proposed solution is correct or \"VERDICT: REJECT\" if it is not."),
+    },
+    repair_instructions={
+        "self-refine": ("You are now the solver. Using the feedback, check the proposed solution and write an "
+                        "improved, complete step-by-step solution (fix any mistakes)."),
+        "reflexion": ("You are now the solver. First write one or two sentences starting with \"Reflection:\" "
+                      "about what may have gone wrong in the proposed solution. Then write a new, complete "
+                      "step-by-step solution."),
+    },
+)
+
+
+class GSM8K(Task):
+    """GSM8K as a task plug-in: exact numeric match of the final answer (App. B)."""
+
+    name = DATASET
+    prompts = PROMPTS
+    label_rule = "gsm8k exact match (numeric) vs original problem"
+
+    def load(self, split: str) -> list[Problem]:
+        return load_gsm8k(split)
+
+    def extract_answer(self, text: str | None) -> str | None:
+        return extract_answer(text)
+
+    def is_valid(self, answer, problem: Problem) -> bool:
+        return is_correct(answer, problem.gold)
+
+    def make_perturbation(self, problem: Problem, seed: int, kind: str = "auto") -> dict:
+        return make_perturbation(problem.question, seed, problem.index, kind)
+
+    def apply_perturbation(self, text: str, spec: dict | None) -> str:
+        return apply_perturbation(text, spec)
+
+    def synthetic_plan(self, problem: Problem, correct: bool) -> str:
+        gold = parse_number(problem.gold) or 0.0
+        return f"Step. The answer is {_fmt(gold if correct else gold + 7)}."

@@ -1,0 +1,229 @@
+"""Replay of stopping policies over a setting's frozen trajectories under cross-fitting
+(Sec. 5.1 protocol; App. B "Calibration protocol and cross-fitting").
+
+``replay`` calibrates once per fold, runs every requested policy vectorized over instances,
+and returns per-instance outcomes (for paired tests) plus the summary V, <K>.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from . import rules as P
+from ..common.npzio import write_npz
+from ..common.jsonio import json_default, read_json
+from ..calibration.estimators import CrossFit, EstimatorOptions, crossfit
+from ..data.contract import Setting
+from ..calibration.identifiability import crossfit_intervals, error_radius, labeled_j_diagnostic
+
+TPM = "TPM reference"
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """Hyperparameters of a replay (App. B "Hyperparameters"; defaults are the paper's)."""
+
+    n_folds: int = 5
+    seed: int = 0
+    method: str = "binomial_em"        # vote-noise estimator: binomial_em | mom | labeled_mle | beta_binomial_em
+    vote_rounds: str = "first"         # EM input: round-0 votes ("first"), all rounds, or the probe
+    n_calib: int | None = None         # subsample the calibration folds (App. I ablation)
+    max_pairs: int | None = 300        # labeled transition pairs behind alpha, beta (App. B)
+    estimator: EstimatorOptions = EstimatorOptions()  # EM restarts, tolerance, iterations, BB cap
+    delta: int = 5                     # VRR-Guard retention margin (Eq. 9)
+    tau: float = 0.0                   # gain threshold (Eq. 7)
+    fixed_ks: tuple[int, ...] = (1, 3, 5)
+    conf_tau: float = 0.85             # ConfStop threshold
+    eta: float = 0.05                  # error-radius coverage (Prop. 1)
+    j_min: float = 0.10                # Algorithm 1 mode switch
+    tpm: str = "auto"                  # "true" (simulated meta), "labeled" (cross-fit labeled MLE), or "auto"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_setting(cls, cfg: dict, **params) -> "ReplayConfig":
+        """The calibration fields from a setting's ``calibration`` block; ``params`` set the others
+        (and may override a calibration field); a ``None`` value keeps the setting's."""
+        cal = cfg["calibration"]
+        base = dict(n_folds=cal["n_folds"], method=cal["method"], vote_rounds=cal["vote_rounds"],
+                    max_pairs=cal["max_pairs"], estimator=EstimatorOptions.from_setting(cal))
+        base.update({k: v for k, v in params.items() if v is not None})
+        return cls(**base)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ReplayConfig":
+        data = dict(data)
+        data["estimator"] = EstimatorOptions(**data.get("estimator", {}))
+        data["fixed_ks"] = tuple(data.get("fixed_ks", cls.fixed_ks))
+        return cls(**data)
+
+    def with_policy(self, **params) -> "ReplayConfig":
+        """A copy with policy parameters changed; the calibration fields stay as calibrated."""
+        clash = sorted(set(params) & set(CALIBRATION_FIELDS))
+        if clash:
+            raise ValueError(f"{clash[0]} is a calibration field: set it in 03_calibrate (or the setting)")
+        return replace(self, **params)
+
+
+CALIBRATION_FIELDS = ("n_folds", "seed", "method", "vote_rounds", "n_calib", "max_pairs", "estimator")
+
+
+@dataclass
+class ReplayResult:
+    setting: str
+    config: ReplayConfig
+    outcomes: dict[str, P.PolicyOutcome]
+    validity: dict[str, np.ndarray]
+    calibration: CrossFit
+    tpm_source: str
+    extras: dict = field(default_factory=dict)
+
+
+def _tpm_params(setting: Setting, config: ReplayConfig) -> tuple[dict, str]:
+    truth = setting.meta.get("true_params")
+    if config.tpm == "true" or (config.tpm == "auto" and truth):
+        if not truth:
+            raise ValueError(f"setting {setting.name}: tpm='true' needs meta['true_params']")
+        return {k: float(truth[k]) for k in ("rho0", "rho1", "alpha", "beta", "pi")}, "true parameters"
+    # Labeled oracle: labeled MLE on all rounds of the other folds, same fold split.
+    cf = crossfit(setting.S, setting.y, setting.M, method="labeled_mle", n_folds=config.n_folds,
+                  seed=config.seed, vote_rounds="all", max_pairs=None)
+    return cf.as_kwargs(), "labeled estimates (cross-fit)"
+
+
+def _j_stop_mode(setting: Setting, folds: np.ndarray, config: ReplayConfig) -> tuple[np.ndarray, list]:
+    """Algorithm 1 line 1: held-out labeled J diagnostic per fold (probe if it has labels)."""
+    diags = []
+    for f in range(config.n_folds):
+        if setting.probe_S is not None and setting.probe_y is not None:
+            S, y, M = setting.probe_S, setting.probe_y, setting.probe_M
+        else:
+            train = folds != f
+            S, y, M = setting.S[train, 0], setting.y[train, 0], setting.M
+        try:
+            diags.append(labeled_j_diagnostic(S, y, M, n_resamples=200, seed=config.seed).j_hat)
+        except ValueError:  # one class absent: separation cannot be shown
+            diags.append(float("nan"))
+    j = np.array(diags)
+    return np.nan_to_num(j, nan=-1.0)[folds] >= config.j_min, diags
+
+
+DEFAULT_POLICIES = ("No repair", "Majority stopping", "ConfStop", "Fixed", "Accepted-first",
+                    "Last-accepted", "Verifier-best", "VRR-Stop", "VRR-Guard", "Algorithm 1",
+                    TPM, "Hindsight best")
+
+
+def fit_calibration(setting: Setting, config: ReplayConfig) -> CrossFit:
+    """The cross-fitted calibration of a setting under ``config`` (Sec. 4.2, App. B)."""
+    probe = {}
+    if config.vote_rounds == "probe":
+        probe = dict(probe_S=setting.probe_S, probe_y=setting.probe_y, probe_M=setting.probe_M)
+    return crossfit(setting.S, setting.y, setting.M, method=config.method, n_folds=config.n_folds, seed=config.seed,
+                    vote_rounds=config.vote_rounds, n_calib=config.n_calib, max_pairs=config.max_pairs,
+                    options=config.estimator, **probe)
+
+
+def replay(setting: Setting, config: ReplayConfig = ReplayConfig(),
+           policies: tuple[str, ...] = DEFAULT_POLICIES, calibration: CrossFit | None = None) -> ReplayResult:
+    """Run the policies on one setting (App. A definitions, App. B cross-fitting).
+
+    ``calibration``: the cross-fit saved by 03_calibrate (``load_calibration``); without it the
+    calibration is fit here with ``config``.
+    """
+    S, y, M = setting.S, setting.y, setting.M
+    k_max = setting.k_max
+    if calibration is not None and calibration.folds.shape != (S.shape[0],):
+        raise ValueError(f"setting {setting.name}: the calibration has {calibration.folds.size} instances, "
+                         f"the arrays {S.shape[0]}")
+    cf = calibration if calibration is not None else fit_calibration(setting, config)
+    est = cf.as_kwargs()
+    out: dict[str, P.PolicyOutcome] = {}
+    extras: dict = {}
+    tpm_source = ""
+    for name in policies:
+        if name == "No repair":
+            out[name] = P.no_repair(S)
+        elif name == "Majority stopping":
+            out[name] = P.majority_stop(S, M)
+        elif name == "ConfStop":
+            out[f"ConfStop-{config.conf_tau:g}"] = P.conf_stop(S, M, config.conf_tau)
+        elif name == "Fixed":
+            for k in config.fixed_ks:
+                if k <= k_max:
+                    out[f"Fixed K={k}"] = P.fixed_k(S, k)
+        elif name == "Accepted-first":
+            out[name] = P.accepted_first(S, M)
+        elif name == "Last-accepted":
+            out[name] = P.last_accepted(S, M)
+        elif name == "Verifier-best":
+            out[name] = P.verifier_best(S)
+        elif name == "VRR-Stop":
+            out[name] = P.vrr_stop(S, M, tau=config.tau, **est)
+        elif name == "VRR-Guard":
+            out[name] = P.vrr_guard(S, config.delta)
+        elif name == "Algorithm 1":
+            _, radius = error_radius(S, M, est, crossfit_intervals(cf, config.eta))
+            stop_mode, diags = _j_stop_mode(setting, cf.folds, config)
+            extras["j_diagnostic_per_fold"] = diags
+            extras["error_radius_mean"] = float(radius.mean())
+            out[name] = P.algorithm1(S, M, radius=radius, stop_mode=stop_mode, delta=config.delta,
+                                     tau=config.tau, **est)
+        elif name == TPM:
+            params, tpm_source = _tpm_params(setting, config)
+            out[name] = P.vrr_stop(S, M, tau=config.tau, **params)
+        elif name == "Hindsight best":
+            out[name] = P.hindsight_best(y)
+        else:
+            raise ValueError(f"unknown policy {name!r}; known: {DEFAULT_POLICIES}")
+    validity = {k: o.validity(y) for k, o in out.items()}
+    return ReplayResult(setting.name, config, out, validity, cf, tpm_source, extras)
+
+
+# ---------------------------------------------------------------- the replay file (04 -> 05)
+def save_replay(path: str | os.PathLike, result: ReplayResult) -> Path:
+    """Per-instance outcomes of every policy, [P, N] arrays, for paired tests downstream."""
+    names = list(result.outcomes)
+    arrays = {
+        "committed": np.stack([result.outcomes[k].committed for k in names]),
+        "rounds_used": np.stack([result.outcomes[k].rounds_used for k in names]),
+        "validity": np.stack([result.validity[k] for k in names]),
+        "folds": result.calibration.folds,
+        "meta": np.asarray(json.dumps({"policies": names, "setting": result.setting,
+                                       "config": result.config.as_dict(), "tpm_source": result.tpm_source,
+                                       "extras": result.extras}, default=json_default)),
+    }
+    return write_npz(path, arrays)
+
+
+def load_replay(path: str | os.PathLike) -> dict:
+    """Inverse of ``save_replay``: {"policies", "validity": {name: [N]}, "rounds_used", "committed", ...}."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: replay file missing (run 04_replay first)")
+    with np.load(path, allow_pickle=False) as z:
+        meta = json.loads(str(z["meta"]))
+        names = meta["policies"]
+        out = {key: {n: z[key][i] for i, n in enumerate(names)} for key in ("committed", "rounds_used", "validity")}
+        out.update(meta)
+        out["folds"] = z["folds"]
+    return out
+
+
+# ---------------------------------------------------------------- the calibration file (03 -> 04)
+def load_calibration(path: str | os.PathLike) -> tuple[CrossFit, ReplayConfig]:
+    """The cross-fitted calibration 03_calibrate saved (``calibration.json``) and the config it was
+    fit with; 04_replay replays with exactly these parameters (``config.with_policy(...)``)."""
+    data = read_json(path)
+    for key in ("crossfit", "config"):
+        if key not in data:
+            raise ValueError(f"{path}: field '{key}': missing (written by an older 03_calibrate; rerun it)")
+    try:
+        config = ReplayConfig.from_dict(data["config"])
+    except TypeError as exc:
+        raise ValueError(f"{path}: field 'config': {exc}") from exc
+    return CrossFit.from_dict(data["crossfit"], source=str(path)), config

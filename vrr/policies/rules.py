@@ -1,0 +1,153 @@
+"""Stopping policies replayed on frozen trajectories (App. A "Formal Definitions of Baselines
+and References", Algorithm 1).
+
+Every policy is vectorized over instances: it reads the [N, K+1] vote counts ``S`` (and, for
+references, labels or parameters) and returns a ``PolicyOutcome`` holding, per instance, the
+committed round and the number of repair rounds actually run. Stopping policies run exactly
+as many repairs as the round they commit; policies that need the whole trajectory before
+choosing (fixed-K, last-accepted, verifier-best, VRR-Guard, hindsight) run all K_max.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core.belief import filter_beliefs, gain
+from ..core.guard import keep_best
+
+
+@dataclass(frozen=True)
+class PolicyOutcome:
+    """Per-instance committed round and repair rounds used."""
+
+    committed: np.ndarray
+    rounds_used: np.ndarray
+
+    def validity(self, y) -> np.ndarray:
+        """True validity of each committed plan, y[i, committed_i]."""
+        y = np.asarray(y)
+        return y[np.arange(y.shape[0]), self.committed].astype(np.int8)
+
+
+def _first_true_or_last(mask: np.ndarray) -> np.ndarray:
+    """Index of the first True in each row, or the last column when a row has none."""
+    k_max = mask.shape[1] - 1
+    return np.where(mask.any(axis=1), mask.argmax(axis=1), k_max)
+
+
+def _stopping(committed: np.ndarray) -> PolicyOutcome:
+    committed = committed.astype(np.int64)
+    return PolicyOutcome(committed, committed.copy())
+
+
+def _full_budget(committed: np.ndarray, k_max: int) -> PolicyOutcome:
+    committed = committed.astype(np.int64)
+    return PolicyOutcome(committed, np.full_like(committed, k_max))
+
+
+def no_repair(S) -> PolicyOutcome:
+    """No-repair: commit p_0 (App. A)."""
+    return _stopping(np.zeros(np.shape(S)[0], dtype=np.int64))
+
+
+def fixed_k(S, k: int) -> PolicyOutcome:
+    """Fixed-K: repair unconditionally K times and commit p_K (App. A)."""
+    k_max = np.shape(S)[1] - 1
+    if not 0 <= k <= k_max:
+        raise ValueError(f"fixed_k: K={k} outside 0..{k_max}")
+    return _stopping(np.full(np.shape(S)[0], k, dtype=np.int64))
+
+
+def majority_stop(S, M: int) -> PolicyOutcome:
+    """Majority stopping: commit p_k at the first k with S_k > M/2, else p_{K_max} (App. A)."""
+    return _stopping(_first_true_or_last(np.asarray(S) > M / 2))
+
+
+def conf_stop(S, M: int, tau_conf: float = 0.85) -> PolicyOutcome:
+    """ConfStop-tau_conf: commit at the first k with S_k / M >= tau_conf, else p_{K_max} (App. A)."""
+    return _stopping(_first_true_or_last(np.asarray(S) / M >= tau_conf))
+
+
+def accepted_first(S, M: int) -> PolicyOutcome:
+    """Accepted-first: the first majority-accepted candidate, else the final round (App. A).
+
+    On a frozen trajectory this commits the same plan as majority stopping, as in the paper's
+    table (both 0.690, <K> 0.92).
+    """
+    return _stopping(_first_true_or_last(np.asarray(S) > M / 2))
+
+
+def last_accepted(S, M: int) -> PolicyOutcome:
+    """Last-accepted: the last majority-accepted candidate, else p_0 (App. A)."""
+    accepted = np.asarray(S) > M / 2
+    k_max = accepted.shape[1] - 1
+    last = k_max - np.argmax(accepted[:, ::-1], axis=1)
+    return _full_budget(np.where(accepted.any(axis=1), last, 0), k_max)
+
+
+def verifier_best(S) -> PolicyOutcome:
+    """Verifier-best-of-trajectory: highest S_k, ties to the earlier round (App. A)."""
+    S = np.asarray(S)
+    return _full_budget(np.argmax(S, axis=1), S.shape[1] - 1)
+
+
+def vrr_stop(S, M: int, rho0, rho1, alpha, beta, pi, tau: float = 0.0) -> PolicyOutcome:
+    """VRR-Stop (Sec. 4.1, Eqs. 5-7): filter votes into b_k, commit p_k at the first round with
+    G_k = (1-b_k) alpha - b_k beta <= tau (no repair at all when alpha <= tau), else at K_max.
+
+    Parameters may be scalars or per-instance arrays (cross-fitting). With the true
+    parameters this is the TPM reference.
+    """
+    b, _ = filter_beliefs(S, M, rho0, rho1, alpha, beta, pi)
+    alpha_col = np.broadcast_to(np.asarray(alpha, dtype=float), (b.shape[0],))[:, None]
+    beta_col = np.broadcast_to(np.asarray(beta, dtype=float), (b.shape[0],))[:, None]
+    commit_now = (gain(b, alpha_col, beta_col) <= tau) | (alpha_col <= tau)
+    return _stopping(_first_true_or_last(commit_now))
+
+
+def vrr_guard(S, delta: int = 5) -> PolicyOutcome:
+    """VRR-Guard (Sec. 4.3, Eq. 9): run the full budget, commit the keep-best incumbent."""
+    S = np.asarray(S)
+    return _full_budget(keep_best(S, delta)[:, -1], S.shape[1] - 1)
+
+
+def hindsight_best(y) -> PolicyOutcome:
+    """Hindsight best round (diagnostic, not deployable): the earliest truly valid round, else p_0."""
+    y = np.asarray(y).astype(bool)
+    return _full_budget(np.where(y.any(axis=1), y.argmax(axis=1), 0), y.shape[1] - 1)
+
+
+def algorithm1(S, M: int, rho0, rho1, alpha, beta, pi, radius, stop_mode,
+               delta: int = 5, tau: float = 0.0) -> PolicyOutcome:
+    """Algorithm 1 (App. A): VRR-Stop with the guarded fallback, both modes.
+
+    ``stop_mode`` (bool, scalar or per instance) is the J_min switch: True where the labeled
+    held-out diagnostic gave J-hat >= J_min. ``radius`` is the error radius B_k, [N, K+1]
+    (``identifiability.error_radius``). In Stop mode round k commits p_k when
+    G-hat_k + B_k <= tau; when G-hat_k - B_k <= tau (sign not identifiable, Eq. 8) the instance
+    switches to Guard mode for the rest of its trajectory. At K_max, Stop mode commits p_K and
+    Guard mode commits the keep-best incumbent (Eq. 9).
+    """
+    S = np.asarray(S)
+    n, rounds = S.shape
+    k_max = rounds - 1
+    b, _ = filter_beliefs(S, M, rho0, rho1, alpha, beta, pi)
+    alpha_col = np.broadcast_to(np.asarray(alpha, dtype=float), (n,))[:, None]
+    beta_col = np.broadcast_to(np.asarray(beta, dtype=float), (n,))[:, None]
+    g_hat = gain(b, alpha_col, beta_col)
+    radius = np.broadcast_to(np.asarray(radius, dtype=float), (n, rounds))
+    incumbent = keep_best(S, delta)
+    stop = np.broadcast_to(np.asarray(stop_mode, dtype=bool), (n,)).copy()
+    committed = np.full(n, -1, dtype=np.int64)
+    used = np.full(n, k_max, dtype=np.int64)
+    for k in range(rounds):
+        open_ = committed < 0
+        commit_now = open_ & stop & (g_hat[:, k] + radius[:, k] <= tau)
+        committed[commit_now] = k
+        used[commit_now] = k
+        unidentifiable = open_ & ~commit_now & stop & (g_hat[:, k] - radius[:, k] <= tau)
+        stop[unidentifiable] = False
+    still_open = committed < 0
+    committed[still_open] = np.where(stop[still_open], k_max, incumbent[still_open, k_max])
+    return PolicyOutcome(committed, used)

@@ -1,0 +1,203 @@
+"""Assemble the paper's tables and figures from saved per-setting results (06_figures).
+
+Each ``table_*`` returns rows and writes CSV + LaTeX; each ``figure_*`` returns a matplotlib
+figure and writes PNG + PDF. Only files written by notebooks 03-05 are read.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..common.npzio import write_npz
+from . import render as rep
+from ..stats.analysis import read_json
+from ..data.contract import load_setting
+from ..calibration.identifiability import flip_risk_grid
+
+PAPER_POLICY_ORDER = ["No repair", "Majority stopping", "ConfStop-0.85", "Fixed K=1", "Fixed K=3", "Fixed K=5",
+                      "Accepted-first", "Last-accepted", "Verifier-best", "VRR-Stop", "VRR-Guard", "Algorithm 1",
+                      "TPM reference", "Hindsight best"]
+
+
+# Row order of the paper's tables (Table "loop-dynamics"); other runs follow in given order.
+PAPER_ROW_ORDER = ["qwen3b_favorable", "qwen3b_pmstress", "qwen7b_pmstress", "mistral7b_pmstress",
+                   "llama3_8b_pmstress", "math500", "bfcl_single", "bfcl_multi"]
+
+
+def _row_key(run: str) -> tuple:
+    for i, key in enumerate(PAPER_ROW_ORDER):
+        if run.endswith(key):
+            return (0 if run.startswith("sim_") else 1, i, run)
+    return (2, 0, run)
+
+
+class Results:
+    """Read access to results/<run>/{calibration,stats}.json for a list of runs."""
+
+    def __init__(self, results_root: str | Path, runs: Sequence[str]):
+        self.root = Path(results_root)
+        runs = sorted(runs, key=_row_key)
+        self.runs = [r for r in runs if (self.root / r / "stats.json").is_file()]
+        self.missing = [r for r in runs if r not in self.runs]
+        self.stats = {r: read_json(self.root / r / "stats.json") for r in self.runs}
+        self.calibration = {r: read_json(self.root / r / "calibration.json") for r in self.runs}
+
+    def label(self, run: str) -> str:
+        return self.calibration[run]["loop_dynamics"]["label"]
+
+    def policy_rows(self, run: str) -> dict[str, dict]:
+        return {row["policy"]: row for row in self.stats[run]["policy_table"]}
+
+
+def table_stopping(res: Results, run: str, out_dir: Path) -> list[dict]:
+    """Table "stopping-performance" / "app-full-stopping" for one setting."""
+    rows = []
+    by_name = res.policy_rows(run)
+    for name in PAPER_POLICY_ORDER:
+        if name in by_name:
+            r = by_name[name]
+            rows.append({"policy": name, "V [95% CI]": rep.interval_text(r["V"], r["V_low"], r["V_high"]),
+                         "<K>": f"{r['mean_K']:.2f}", "dV vs TPM (pp)": f"{100 * r['dV']:+.1f}",
+                         "V": r["V"], "V_low": r["V_low"], "V_high": r["V_high"], "mean_K": r["mean_K"],
+                         "dV": r["dV"], "mcnemar_p": r["mcnemar_p"]})
+    rep.write_table(rows, [("policy", "Method"), ("V [95% CI]", "True validity V [95% CI]"), ("<K>", "<K>"),
+                           ("dV vs TPM (pp)", "dV vs TPM (pp)")], out_dir / f"stopping_{run}",
+                    caption=f"Stopping performance, {res.label(run)} (N={res.calibration[run]['loop_dynamics']['N']}).")
+    return rows
+
+
+def table_robustness(res: Results, out_dir: Path) -> list[dict]:
+    """Table "robustness" / "app-full-robustness": J, no repair, fixed 5, VRR-Stop, TPM, Guard [CI]."""
+    rows = []
+    for run in res.runs:
+        p = res.policy_rows(run)
+        ld = res.calibration[run]["loop_dynamics"]
+        g = p.get("VRR-Guard", {})
+        rows.append({"setting": res.label(run), "J": ld["J"], "No repair": p["No repair"]["V"],
+                     "Fixed K=5": p.get("Fixed K=5", {}).get("V", float("nan")), "VRR-Stop": p["VRR-Stop"]["V"],
+                     "TPM": p["TPM reference"]["V"], "VRR-Guard": g.get("V", float("nan")),
+                     "Guard 95% CI": f"[{g.get('V_low', float('nan')):.3f},{g.get('V_high', float('nan')):.3f}]"})
+    rep.write_table(rows, [("setting", "Setting"), ("J", "J"), ("No repair", "No repair"), ("Fixed K=5", "Fixed K=5"),
+                           ("VRR-Stop", "VRR-Stop"), ("TPM", "TPM ref."), ("VRR-Guard", "VRR-Guard"),
+                           ("Guard 95% CI", "Guard 95% CI")], out_dir / "robustness",
+                    caption="Robustness under calibration failure and shift (replayed, M=8, delta=5).")
+    return rows
+
+
+def table_loop_dynamics(res: Results, out_dir: Path) -> list[dict]:
+    """Table "loop-dynamics": round-1 labeled estimates, b*, shape, best fixed K minus myopic."""
+    rows = []
+    for run in res.runs:
+        ld = res.calibration[run]["loop_dynamics"]
+        # Finite-trace diagnostic: best fixed round (max_k Q_k) minus myopic stopping with true parameters.
+        best_minus_myopic = max(ld["Q"]) - res.policy_rows(run)["TPM reference"]["V"]
+        rows.append({"setting": ld["label"], "rho0": ld["rho0"], "rho1": ld["rho1"], "J": ld["J"],
+                     "alpha": ld["alpha"], "beta": ld["beta"], "b_star": ld["b_star"], "shape": ld["shape"],
+                     "best_K_minus_myopic": best_minus_myopic})
+    rep.write_table(rows, [("setting", "Setting"), ("rho0", "rho0"), ("rho1", "rho1"), ("J", "J"), ("alpha", "alpha"),
+                           ("beta", "beta"), ("b_star", "b* (Eq. 7)"), ("shape", "Shape"),
+                           ("best_K_minus_myopic", "Best-K - myopic")], out_dir / "loop_dynamics",
+                    caption="Loop dynamics: labeled round-1 estimates on each evaluation window.")
+    return rows
+
+
+def table_calibration_stress(res: Results, out_dir: Path) -> list[dict]:
+    """Table "app-calibration-stress": EM bias, V_stop, V_TPM, gap."""
+    rows = []
+    for run in res.runs:
+        cal = res.calibration[run]
+        p = res.policy_rows(run)
+        k = cal["dominant_bias"]
+        rows.append({"setting": res.label(run), "N": cal["loop_dynamics"]["N"], "J": cal["loop_dynamics"]["J"],
+                     "dominant_bias": f"d{k}={cal['bias'][k]:+.2f}", "V_stop": p["VRR-Stop"]["V"],
+                     "V_TPM": p["TPM reference"]["V"], "gap_pp": 100 * (p["VRR-Stop"]["V"] - p["TPM reference"]["V"])})
+    rep.write_table(rows, [("setting", "Judge / setting"), ("N", "N"), ("J", "J"), ("dominant_bias", "Dominant bias"),
+                           ("V_stop", "V_stop"), ("V_TPM", "V_TPM"), ("gap_pp", "Gap (pp)")], out_dir / "calibration_stress",
+                    caption="Calibration stress: EM bias (estimate minus labeled value) and its decision cost.", digits=3)
+    return rows
+
+
+def table_paired(res: Results, out_dir: Path) -> list[dict]:
+    """Table "paired-stats": every paired comparison of every setting."""
+    rows = []
+    for run in res.runs:
+        for r in res.stats[run]["paired"]:
+            rows.append({"setting": res.label(run), "comparison": r["comparison"],
+                         "dV [95% CI]": f"{r['dV']:+.3f} [{r['dV_low']:+.3f},{r['dV_high']:+.3f}]",
+                         "mcnemar_p": r.get("mcnemar_p", float("nan")), **{k: r[k] for k in ("dV", "dV_low", "dV_high")}})
+    rep.write_table(rows, [("setting", "Setting"), ("comparison", "Comparison"), ("dV [95% CI]", "dV [95% paired CI]"),
+                           ("mcnemar_p", "McNemar p")], out_dir / "paired_stats",
+                    caption="Paired replay statistics (instance-level bootstrap, exact McNemar).")
+    return rows
+
+
+def table_ablations(res: Results, out_dir: Path) -> dict[str, list[dict]]:
+    """App. I ablations for every setting that ran them (delta, N_calib, calibration input)."""
+    out: dict[str, list[dict]] = {"delta": [], "n_calib": [], "method": []}
+    for run in res.runs:
+        abl = res.stats[run].get("ablations")
+        if not abl:
+            continue
+        for key, name in (("delta", "delta_sweep"), ("n_calib", "n_calib_sweep"), ("method", "calibration_input")):
+            out[key] += [{"setting": res.label(run), **r} for r in abl.get(name, [])]
+    if out["delta"]:
+        rep.write_table(out["delta"], [("setting", "Setting"), ("delta", "delta"), ("V_guard", "V (Guard)")],
+                        out_dir / "ablation_delta", caption="Retention-margin ablation (App. I).")
+    if out["n_calib"]:
+        rep.write_table(out["n_calib"], [("setting", "Setting"), ("n_calib", "N_calib"),
+                                         ("agreement_with_full", "Agreement"), ("disagreement_with_tpm", "Disagreement with TPM"),
+                                         ("abs_gap_to_tpm", "|gap to TPM|")],
+                        out_dir / "ablation_n_calib", caption="Calibration-sample-size sensitivity (App. I).")
+    if out["method"]:
+        rep.write_table(out["method"], [("setting", "Setting"), ("method", "Calibration input"), ("V_stop", "V (VRR-Stop)"),
+                                        ("mean_K", "<K>"), ("rho0_hat", "rho0-hat"), ("rho1_hat", "rho1-hat")],
+                        out_dir / "ablation_calibration_input", caption="Calibration-input ablation (App. I).")
+    return out
+
+
+def flip_grid(out_dir: Path, reps: int = 40, n_eval: int = 500, seed: int = 0):
+    """Compute (or load the cached) RQ3 flip-risk grid."""
+    path = Path(out_dir) / "flip_grid.npz"
+    j_values = np.round(np.arange(0.05, 0.85, 0.1), 2)
+    delta_edges = np.array([0.0, 0.05, 0.1, 0.2, 0.3, 0.45, 0.6, 1.0])
+    params = np.array([reps, n_eval, seed])
+    if path.is_file():
+        with np.load(path) as z:
+            if np.array_equal(z["params"], params):
+                return z["j_values"], z["delta_edges"], z["flips"], z["decisions"]
+    grid = flip_risk_grid(j_values, delta_edges, n_reps=reps, n_eval=n_eval, seed=seed)
+    write_npz(path, dict(j_values=grid.j_values, delta_edges=grid.delta_edges, flips=grid.flips,
+                         decisions=grid.decisions, params=params))
+    return grid.j_values, grid.delta_edges, grid.flips, grid.decisions
+
+
+def verifier_markers(res: Results) -> list[dict]:
+    """(J, median decision margin of TPM-visited states) of each setting, for the flip grid."""
+    markers = []
+    for run in res.runs:
+        m = res.stats[run].get("median_margin")
+        if m is not None:
+            markers.append({"label": res.label(run).replace(" (sim.)", ""), "J": res.calibration[run]["loop_dynamics"]["J"],
+                            "delta": m})
+    return markers
+
+
+def probe_figure_inputs(res: Results, run: str, data_root: str | Path = "data"):
+    """Per-plan probe acceptance rates and labels of one setting, with its EM estimates."""
+    cal = res.calibration[run]
+    setting = load_setting(Path(cal["arrays_path"]))
+    if setting.probe_S is None or setting.probe_y is None:
+        return None
+    return (setting.probe_S / setting.probe_M, setting.probe_y, cal["probe"]["em_accept_valid"],
+            cal["probe"]["em_accept_invalid"], f"{res.label(run)}: probe N={setting.probe_S.size}, M={setting.probe_M}")
+
+
+def flip_region_rates(j_values, delta_edges, flips, decisions) -> tuple[float, float]:
+    """RQ3 summary: flip rate where J <= 0.15 and Delta <= 0.10, and where J >= 0.4 or Delta >= 0.30."""
+    j_values, delta_edges = np.asarray(j_values), np.asarray(delta_edges)
+    low = (j_values <= 0.15)[:, None] & (delta_edges[1:] <= 0.10)[None, :]
+    safe = (j_values >= 0.4)[:, None] | (delta_edges[:-1] >= 0.30)[None, :]
+    return (float(flips[low].sum() / max(decisions[low].sum(), 1)),
+            float(flips[safe].sum() / max(decisions[safe].sum(), 1)))

@@ -1,0 +1,263 @@
+"""Tables (CSV + LaTeX booktabs) and figures (PNG + PDF) of the paper, from saved results only."""
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from ..common.atomic import atomic_write  # noqa: E402
+from ..core.belief import boundary, gain  # noqa: E402
+
+plt.rcParams.update({"figure.dpi": 150, "savefig.dpi": 200, "font.size": 8, "axes.titlesize": 8,
+                     "axes.labelsize": 8, "legend.fontsize": 7, "xtick.labelsize": 7, "ytick.labelsize": 7,
+                     "axes.spines.top": False, "axes.spines.right": False})
+COLUMN_WIDTH = 3.3   # inches, one column of the AAAI format
+TEXT_WIDTH = 7.0
+
+
+# ---------------------------------------------------------------- tables
+def _fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (float, np.floating)):
+        if np.isnan(value):
+            return "--"
+        if value != 0 and abs(value) < 1e-3:
+            return f"{value:.1e}"
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def write_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]], stem: str | os.PathLike,
+                caption: str = "", digits: int = 3) -> tuple[Path, Path]:
+    """Write ``rows`` as ``stem.csv`` (full precision) and ``stem.tex`` (booktabs, formatted).
+
+    ``columns`` is a list of (key, header). Both files are written atomically.
+    """
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    csv_path, tex_path = stem.with_suffix(".csv"), stem.with_suffix(".tex")
+    atomic_write(csv_path, lambda fh: _csv(fh, rows, columns))
+    lines = ["\\begin{table}[t]", "\\centering", "\\small"]
+    if caption:
+        lines.append(f"\\caption{{{_tex_escape(caption)}}}")
+    lines += [f"\\begin{{tabular}}{{l{'c' * (len(columns) - 1)}}}", "\\toprule",
+              " & ".join(_tex_escape(h) for _, h in columns) + " \\\\", "\\midrule"]
+    for row in rows:
+        lines.append(" & ".join(_tex_escape(_fmt(row.get(k), digits)) for k, _ in columns) + " \\\\")
+    lines += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
+    atomic_write(tex_path, lambda fh: fh.write("\n".join(lines)))
+    return csv_path, tex_path
+
+
+def _csv(fh, rows, columns):
+    writer = csv.writer(fh)
+    writer.writerow([k for k, _ in columns])
+    for row in rows:
+        writer.writerow([row.get(k, "") for k, _ in columns])
+
+
+def _tex_escape(text: str) -> str:
+    for a, b in (("\\", "\\textbackslash{}"), ("&", "\\&"), ("%", "\\%"), ("_", "\\_"), ("#", "\\#")):
+        text = text.replace(a, b)
+    return text.replace("<K>", "$\\langle K\\rangle$")
+
+
+def read_csv(path: str | os.PathLike) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def interval_text(v, lo, hi) -> str:
+    """'0.722 [.682,.760]' as in the paper's tables."""
+    def short(x):
+        s = f"{x:.3f}"
+        return s[1:] if s.startswith("0.") else s
+    return f"{v:.3f} [{short(lo)},{short(hi)}]"
+
+
+# ---------------------------------------------------------------- figures
+def save_figure(fig, stem: str | os.PathLike) -> tuple[Path, Path]:
+    """Save a figure as ``stem.png`` and ``stem.pdf``."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    out = []
+    for ext in (".png", ".pdf"):
+        path = stem.with_suffix(ext)
+        tmp = path.with_name(f".{path.stem}.tmp{ext}")
+        fig.savefig(tmp, bbox_inches="tight")
+        os.replace(tmp, path)
+        out.append(path)
+    plt.close(fig)
+    return tuple(out)
+
+
+def fig_signal_quality(rows: Sequence[dict]):
+    """Signal-quality decoupling (Fig. motivation/Sec. 3): true validity Q_k (solid) and judge
+    acceptance A_k (dashed) per round, one panel per setting."""
+    fig, axes = plt.subplots(1, len(rows), figsize=(TEXT_WIDTH, 2.0), squeeze=False)
+    for ax, row in zip(axes[0], rows):
+        k = np.arange(len(row["Q"]))
+        ax.plot(k, row["Q"], "-o", ms=3, color="C0", label="true validity $Q_k$")
+        ax.plot(k, row["A"], "--s", ms=3, color="C3", label="acceptance $A_k$")
+        ax.set_title(row["label"])
+        ax.set_xlabel("repair round $k$")
+        ax.set_ylim(0, 1)
+        ax.set_xticks(k)
+    axes[0][0].set_ylabel("rate")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=2, frameon=False, bbox_to_anchor=(0.5, 1.08))
+    fig.tight_layout()
+    return fig
+
+
+def fig_gain_geometry(operators: Sequence[dict]):
+    """Gain geometry (App. A figure): G(b) = (1-b) alpha - b beta for measured (alpha, beta),
+    with b* = alpha/(alpha+beta) dashed."""
+    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.3))
+    b = np.linspace(0, 1, 201)
+    for i, op in enumerate(operators):
+        color = f"C{i}"
+        ax.plot(b, gain(b, op["alpha"], op["beta"]), color=color,
+                label=f"{op['label']} ($\\alpha$={op['alpha']:.2f}, $\\beta$={op['beta']:.2f})")
+        b_star = boundary(op["alpha"], op["beta"])
+        if np.isfinite(b_star):
+            ax.axvline(b_star, color=color, ls="--", lw=0.8)
+            ax.annotate(f"$b^*$={b_star:.2f}", (b_star, op["alpha"] * 0.9), fontsize=6, color=color,
+                        xytext=(2, 0), textcoords="offset points")
+    ax.axhline(0, color="k", lw=0.6)
+    ax.set_xlabel("belief $b$ that the current plan is valid")
+    ax.set_ylabel("one-step gain $G(b)$")
+    ax.legend(frameon=False, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
+def fig_cross_setting(rows: Sequence[dict], ncols: int = 4):
+    """Cross-setting dynamics (App. C figure): mean true validity per round under unconditional repair."""
+    n = len(rows)
+    nrows = int(np.ceil(n / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(TEXT_WIDTH, 1.7 * nrows), sharey=True, squeeze=False)
+    for ax, row in zip(axes.ravel(), rows):
+        k = np.arange(len(row["Q"]))
+        ax.plot(k, row["Q"], "-o", ms=3)
+        ax.set_title(f"{row['label']}\n{row['shape']}")
+        ax.set_ylim(0, 1)
+        ax.set_xticks(k)
+    for ax in axes.ravel()[n:]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("true validity")
+    for ax in axes[-1, :]:
+        ax.set_xlabel("round $k$")
+    fig.tight_layout()
+    return fig
+
+
+def fig_probe_separation(rates, labels, em_accept_valid: float, em_accept_invalid: float, title: str = ""):
+    """Probe separation (App. E figure): per-plan acceptance by true validity (a) with class
+    means (solid) and label-free EM estimates (dashed), and the class distributions (b)."""
+    rates = np.asarray(rates, dtype=float)
+    labels = np.asarray(labels).astype(bool)
+    fig, (ax_a, ax_b) = plt.subplots(1, 2, figsize=(COLUMN_WIDTH * 1.6, 2.1))
+    rng = np.random.default_rng(0)
+    for cls, color, name in ((True, "C2", "valid"), (False, "C3", "invalid")):
+        r = rates[labels == cls]
+        x = (0 if cls else 1) + rng.uniform(-0.2, 0.2, r.size)
+        ax_a.scatter(x, r, s=4, alpha=0.4, color=color)
+        if r.size:
+            ax_a.hlines(r.mean(), -0.4, 1.4, color=color, lw=1.2, label=f"{name} mean {r.mean():.2f}")
+            ax_b.hist(r, bins=np.linspace(0, 1, 18), alpha=0.5, color=color, density=True, label=name)
+    ax_a.hlines(em_accept_valid, -0.4, 1.4, color="C2", ls="--", lw=1, label=f"EM valid {em_accept_valid:.2f}")
+    ax_a.hlines(em_accept_invalid, -0.4, 1.4, color="C3", ls="--", lw=1, label=f"EM invalid {em_accept_invalid:.2f}")
+    ax_a.set_xticks([0, 1], ["valid", "invalid"])
+    ax_a.set_ylabel("per-plan acceptance rate")
+    ax_a.set_title("(a) plans")
+    handles, labels = ax_a.get_legend_handles_labels()
+    ax_b.set_xlabel("acceptance rate")
+    ax_b.set_title("(b) class distributions")
+    ax_b.legend(frameon=False)
+    if title:
+        fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    fig.legend(handles, labels, loc="upper center", ncol=4, frameon=False, fontsize=6, bbox_to_anchor=(0.5, 0.02))
+    return fig
+
+
+def fig_flip_grid(j_values, delta_edges, rate, markers: Sequence[dict] = ()):
+    """Identifiability (RQ3 figure): flip probability over (J, Delta), real verifiers marked."""
+    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.5))
+    j_values = np.asarray(j_values)
+    dj = np.diff(j_values).mean() if j_values.size > 1 else 0.1
+    j_edges = np.concatenate([[j_values[0] - dj / 2], (j_values[:-1] + j_values[1:]) / 2, [j_values[-1] + dj / 2]])
+    mesh = ax.pcolormesh(np.asarray(delta_edges), j_edges, np.ma.masked_invalid(rate), cmap="magma_r",
+                         vmin=0, vmax=max(0.3, float(np.nanmax(rate))), shading="flat")
+    fig.colorbar(mesh, ax=ax, label="flip probability")
+    for m in markers:
+        ax.plot(m["delta"], m["J"], marker="o", mfc="white", mec="k", ms=5)
+        right = m["delta"] > 0.6
+        ax.annotate(m["label"], (m["delta"], m["J"]), fontsize=5.5, xytext=(-5 if right else 5, 3),
+                    textcoords="offset points", ha="right" if right else "left",
+                    bbox=dict(boxstyle="round,pad=0.1", fc="white", ec="none", alpha=0.7))
+    ax.set_xlabel("decision margin $\\Delta=|G-\\tau|$")
+    ax.set_ylabel("judge discrimination $J$")
+    fig.tight_layout()
+    return fig
+
+
+def fig_pareto(panels: Sequence[dict]):
+    """Pareto plot (App. F figure): true validity vs mean repair rounds per policy; TPM hollow.
+    Policies that land on the same point share one label ("A = B")."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(TEXT_WIDTH, 2.6), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        groups: dict[tuple, list] = {}
+        for row in panel["rows"]:
+            if row["policy"] == "Hindsight best":
+                continue
+            groups.setdefault((round(row["mean_K"], 3), round(row["V"], 4)), []).append(row)
+        for i, ((k, v), rows) in enumerate(sorted(groups.items())):
+            hollow = any(r["policy"] == "TPM reference" for r in rows)
+            r0 = rows[0]
+            ax.errorbar(k, v, yerr=[[v - r0["V_low"]], [r0["V_high"] - v]], fmt="o", ms=4, capsize=1.5, lw=0.7,
+                        color=f"C{i % 10}", mfc="white" if hollow else f"C{i % 10}")
+            text = " = ".join(r["policy"] for r in rows)
+            right = k > 3.5
+            ax.annotate(text, (k, v), fontsize=5.5, xytext=(-4 if right else 4, 3), textcoords="offset points",
+                        ha="right" if right else "left")
+        ax.set_title(panel["title"])
+        ax.set_xlabel("mean repair rounds $\\langle K\\rangle$")
+        ax.set_ylim(0, 1.05)
+        ax.set_xlim(-0.4, 5.4)
+    axes[0][0].set_ylabel("true validity $V$")
+    fig.tight_layout()
+    return fig
+
+
+def fig_loop_dynamics(q_main, q_control, ci_main=None, label_main="repeated repair",
+                      label_control="independent resampling", perturb_round: int | None = None):
+    """Loop dynamics (Fig. loop-dynamics): validity per round of the non-stationary diagnostic
+    against its independent-resampling control, with the interior peak marked."""
+    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.2))
+    k = np.arange(len(q_main))
+    ax.plot(k, q_main, "-o", ms=3, label=label_main)
+    if ci_main is not None:
+        ax.fill_between(k, ci_main[0], ci_main[1], alpha=0.2)
+    ax.plot(np.arange(len(q_control)), q_control, "--s", ms=3, label=label_control)
+    peak = int(np.argmax(q_main))
+    ax.annotate(f"$K^*$={peak}", (peak, q_main[peak]), xytext=(0, 6), textcoords="offset points", ha="center")
+    if perturb_round is not None:
+        ax.axvspan(perturb_round - 0.5, k[-1] + 0.3, color="0.9", zorder=0, label="prompt mismatch")
+    ax.set_xlabel("repair round $k$")
+    ax.set_ylabel("true validity")
+    ax.set_ylim(0, 1)
+    ax.set_xticks(k)
+    ax.legend(frameon=False, loc="lower left")
+    fig.tight_layout()
+    return fig

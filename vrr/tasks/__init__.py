@@ -1,1 +1,0 @@
-"""Task adapters: loaders, answer extraction and true-validity labelers (paper App. B)."""
