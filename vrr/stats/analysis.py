@@ -4,9 +4,7 @@ result files that carry them from one notebook to the next.
 """
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
+from dataclasses import replace
 
 import numpy as np
 
@@ -145,7 +143,7 @@ def delta_sweep(setting: Setting, deltas=range(0, 9), config: ReplayConfig = Rep
     """VRR-Guard validity for each retention margin delta (App. I "Retention-margin ablation")."""
     rows = []
     for d in deltas:
-        res = replay(setting, ReplayConfig(**{**config.as_dict(), "delta": int(d)}), policies=("VRR-Guard",))
+        res = replay(setting, replace(config, delta=int(d)), policies=("VRR-Guard",))
         rows.append({"delta": int(d), "V_guard": float(res.validity["VRR-Guard"].mean())})
     return rows
 
@@ -160,7 +158,7 @@ def n_calib_sweep(setting: Setting, sizes=(50, 100, 200, 300), config: ReplayCon
     tpm = full.outcomes[TPM].committed
     rows = []
     for n in sizes:
-        res = replay(setting, ReplayConfig(**{**config.as_dict(), "n_calib": int(n)}), policies=("VRR-Stop",))
+        res = replay(setting, replace(config, n_calib=int(n)), policies=("VRR-Stop",))
         c = res.outcomes["VRR-Stop"].committed
         rows.append({"n_calib": int(n), "agreement_with_full": float(np.mean(c == base)),
                      "disagreement_with_tpm": float(np.mean(c != tpm)),
@@ -174,7 +172,7 @@ def calibration_input_sweep(setting: Setting, methods=("binomial_em", "mom", "la
     """VRR-Stop under each calibration input (App. I "Calibration-input ablation")."""
     rows = []
     for m in methods:
-        res = replay(setting, ReplayConfig(**{**config.as_dict(), "method": m}), policies=("VRR-Stop",))
+        res = replay(setting, replace(config, method=m), policies=("VRR-Stop",))
         fits = res.calibration.fits
         rows.append({"method": m, "V_stop": float(res.validity["VRR-Stop"].mean()),
                      "mean_K": float(res.outcomes["VRR-Stop"].rounds_used.mean()),
@@ -244,7 +242,7 @@ def setting_statistics(arrays: Setting, replay_saved: dict, n_resamples: int = N
     ``ablations`` maps "deltas", "n_calib", "methods" to the sweep values (None: no ablations).
     """
 
-    config = ReplayConfig(**replay_saved["config"])
+    config = ReplayConfig.from_dict(replay_saved["config"])
     stats = {
         "setting": replay_saved["setting"],
         "policy_table": policy_table(replay_saved["validity"], replay_saved["rounds_used"], reference=TPM,
