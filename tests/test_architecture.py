@@ -142,3 +142,13 @@ def test_import_vrr_does_not_load_heavy_modules():
 @pytest.mark.parametrize("stage", STAGES)
 def test_each_stage_imports_on_its_own(stage):
     importlib.import_module(f"vrr.{stage}")
+
+
+def test_api_doc_is_current():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("render_api_doc", PKG.parent / "scripts" / "render_api_doc.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert (PKG.parent / "docs" / "api.md").read_text() == mod.render(), \
+        "docs/api.md is stale: python scripts/render_api_doc.py > docs/api.md"

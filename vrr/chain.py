@@ -41,6 +41,8 @@ def _slug(text: str) -> str:
 
 @dataclass(frozen=True)
 class SettingPaths:
+    """Where one setting's arrays and results live (see the module docstring for the layout)."""
+
     run: str                 # setting name, suffixed when the model or verifier is swapped
     data_dir: Path
     results_dir: Path

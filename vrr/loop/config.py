@@ -18,6 +18,8 @@ from .verifiers import JUDGE_MAX_TOKENS
 
 @dataclass
 class RunConfig:
+    """The resolved protocol of one generation run (App. B), flattened from the setting YAML."""
+
     setting: str
     dataset: str                       # the task
     model: str                         # generator

@@ -75,6 +75,8 @@ CALIBRATION_FIELDS = ("n_folds", "seed", "method", "vote_rounds", "n_calib", "ma
 
 @dataclass
 class ReplayResult:
+    """Per-instance outcomes of every replayed policy with the cross-fit calibration behind them (Sec. 5.1)."""
+
     setting: str
     config: ReplayConfig
     outcomes: dict[str, P.PolicyOutcome]
