@@ -32,6 +32,7 @@ import yaml
 from .common.paths import REPO_ROOT
 from .data.contract import Setting, load_setting, save_setting
 from .data.simulate import simulate_from_config
+from .loop.store import RunPaths
 from .settings import load_config
 
 
@@ -50,6 +51,11 @@ class SettingPaths:
     @property
     def arrays(self) -> Path:
         return self.data_dir / "arrays.npz"
+
+    @property
+    def run_files(self) -> RunPaths:
+        """The files of a real setting's generation run (``vrr.loop.store.RunPaths``)."""
+        return RunPaths(self.data_dir.parent, self.data_dir.name)
 
     @property
     def calibration(self) -> Path:

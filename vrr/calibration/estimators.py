@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 from scipy import optimize, special
 
-from ..core.model import NoiseParams
+from ..core.model import NoiseParams, youden_j
 
 from ..settings import CALIBRATION_METHODS as VOTE_METHODS
 
@@ -62,7 +62,8 @@ class VoteNoiseFit:
 
     @property
     def youden_j(self) -> float:
-        return 1.0 - self.rho0 - self.rho1
+        """J = 1 - rho0 - rho1 of the fit (Sec. 3)."""
+        return float(youden_j(self.rho0, self.rho1))
 
 
 @dataclass(frozen=True)
