@@ -36,6 +36,7 @@ def label_records(records: Sequence[dict], task: Task, verifier, M: int) -> tupl
     y = np.zeros((N, K1), dtype=np.int8)
     unparsable = 0
     truncated = 0
+    to_label: list[tuple[dict, object]] = []
     for i, r in enumerate(records):
         if len(r["rounds"]) != K1:
             raise ValueError(f"instance {r['index']} has {len(r['rounds'])} rounds, expected {K1}")
@@ -47,8 +48,9 @@ def label_records(records: Sequence[dict], task: Task, verifier, M: int) -> tupl
             parsed = [verifier.parse(t) for t in outs]
             unparsable += sum(p is None for p in parsed)
             S[i, k] = sum(p == 1 for p in parsed)
-            y[i, k] = task.label_round(rd, problem)
+            to_label.append((rd, problem))
             truncated += int(rd.get("finish") == "length")
+    y[:] = np.asarray(task.label_rounds(to_label), dtype=np.int8).reshape(N, K1)
     stats = {"judge_unparsable_frac": unparsable / float(N * K1 * M),
              "plans_truncated_frac": truncated / float(N * K1)}
     return S, y, stats
@@ -60,7 +62,7 @@ def label_probe(records: Sequence[dict], task: Task, verifier) -> tuple[np.ndarr
         raise ValueError("no probe records")
     pm = len(records[0]["votes"] if "votes" in records[0] else records[0]["judge"])
     S = np.array([sum(verifier.parse(t) == 1 for t in r["judge"]) for r in records], dtype=np.int64)
-    y = np.array([task.label_round(r, task.problem(r["split"], r["index"])) for r in records], dtype=np.int8)
+    y = np.array(task.label_rounds([(r, task.problem(r["split"], r["index"])) for r in records]), dtype=np.int8)
     return S, y, pm
 
 

@@ -7,8 +7,8 @@ A task supplies:
 * its wording of the generator / judge / repair prompts: ``prompts`` (a
   :class:`vrr.loop.prompts.PromptSet`);
 * answer extraction: ``extract_answer(text)``, stored with every plan before redaction;
-* the validity label: ``is_valid(answer, problem)`` (the task's official rule) and
-  ``label_round(round_record, problem)`` for a stored round;
+* the validity label: ``is_valid(answer, problem)`` (the task's official rule),
+  ``label_round(round_record, problem)`` for a stored round and ``label_rounds(items)`` for many;
 * the prompt-mismatch perturbation: ``make_perturbation(problem, seed)`` (a spec that holds only
   the edited span, never the text) and ``apply_perturbation(text, spec)``;
 * ``synthetic_plan(problem, correct)``: a plan in the task's answer format, for the fake engine
@@ -69,6 +69,11 @@ class Task:
         if "answer" in round_record:
             return int(self.is_valid(round_record["answer"], problem))
         return int(self.is_valid(self.extract_answer(round_record["plan"]), problem))
+
+    def label_rounds(self, items: list[tuple[dict, Problem]]) -> list[int]:
+        """Labels of many stored plans at once. Tasks whose checker is costly to start (a sandbox,
+        another interpreter) override this to check the whole batch in one go."""
+        return [self.label_round(rd, problem) for rd, problem in items]
 
     def make_perturbation(self, problem: Problem, seed: int, kind: str = "auto") -> dict:
         raise NotImplementedError
