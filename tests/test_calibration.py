@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from vrr.calibration import (beta_binomial_em, binomial_mixture_em, calibrate, crossfit, crossfit_folds,
-                             labeled_mle, method_of_moments, mixture_loglik, transition_rates)
+from vrr.calibration import (beta_binomial_em, binomial_mixture_em, calibrate, crossfit, crossfit_folds, defined_rate,
+                             fit_vote_noise, labeled_mle, method_of_moments, mixture_loglik, transition_rates)
+from vrr.policies import vrr_stop
 from vrr.core.model import NoiseParams
 from vrr.data.simulate import simulate_setting
 
@@ -178,6 +179,42 @@ def test_crossfit_is_deterministic_for_a_seed():
     assert not np.array_equal(a.folds, c.folds)
 
 
-def test_crossfit_rejects_bad_fold_count():
-    with pytest.raises(ValueError, match="n_folds"):
+def test_crossfit_says_what_it_needs():
+    with pytest.raises(ValueError, match="5 folds needs at least 5 instances.*N=3"):
         crossfit_folds(3, 5)
+    with pytest.raises(ValueError, match="at least 2 folds"):
+        crossfit_folds(10, 1)
+
+
+@pytest.mark.parametrize("method, M", [("binomial_em", 2), ("mom", 2), ("beta_binomial_em", 4)])
+def test_vote_noise_fits_refuse_too_few_votes(method, M):
+    S = np.random.default_rng(0).integers(0, M + 1, 100)
+    with pytest.raises(ValueError, match=rf"{method}: needs M >= \d+ votes"):
+        fit_vote_noise(method, S, M)
+
+
+def test_transition_rates_at_the_boundary_use_the_stated_jeffreys_estimate():
+    assert defined_rate(3, 10) == (0.3, "frequency")
+    assert defined_rate(0, 82) == (0.5 / 83, "jeffreys")
+    assert defined_rate(18, 18) == (18.5 / 19, "jeffreys")
+    assert defined_rate(0, 0) == (0.5, "jeffreys")
+
+
+def test_all_valid_window_does_not_make_vrr_stop_repair_to_k_max():
+    """Every initial plan valid and no repair breaks one: the frequency beta-hat = 0 (with alpha
+    undefined) made G_k > 0 for every belief; the Jeffreys estimates stop on strong votes."""
+    n = 60
+    y = np.ones((n, 3), dtype=int)
+    S = np.full((n, 3), 8)
+    cal = calibrate(S, y, 8)
+    assert cal.rules["alpha"] == cal.rules["beta"] == cal.rules["pi"] == "jeffreys"
+    assert cal.params.alpha == 0.5 and cal.params.beta == pytest.approx(0.5 / (n + 1))
+    assert np.isnan(cal.transitions.alpha) and cal.transitions.beta == 0.0   # the raw frequencies, recorded
+    out = vrr_stop(S, 8, **cal.params.as_dict())
+    assert (out.committed == 0).all()
+
+
+def test_labeled_mle_with_a_missing_class_is_recorded_not_silent():
+    y = np.ones((40, 2), dtype=int)
+    cal = calibrate(np.full((40, 2), 7), y, 8, method="labeled_mle")
+    assert cal.rules["rho0"] == "jeffreys" and cal.params.rho0 == 0.5 and cal.rules["rho1"] == "fit"

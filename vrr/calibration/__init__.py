@@ -16,6 +16,8 @@ from .estimators import (  # noqa: F401
     fit_vote_noise,
     labeled_subset,
     transition_rates,
+    defined_rate,
+    MIN_VOTES,
     calibrate,
     crossfit_folds,
     CrossFit,

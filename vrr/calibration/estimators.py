@@ -13,7 +13,6 @@ them on four folds and applies them to the fifth, so no decision touches its own
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
@@ -24,6 +23,17 @@ from ..core.model import NoiseParams, youden_j
 from ..settings import CALIBRATION_METHODS as VOTE_METHODS
 
 MAX_TRANSITION_PAIRS = 300
+# A mixture of two binomials (weight, two rates) is identifiable from Bin(M) counts only when M >= 3
+# (Teicher 1963: 2 components need 2k - 1 = 3 trials); the capped beta-binomial mixture has five
+# parameters, so it needs at least five vote cells.
+MIN_VOTES = {"binomial_em": 3, "mom": 3, "beta_binomial_em": 5, "labeled_mle": 1}
+
+
+def _require_votes(method: str, M: int) -> None:
+    need = MIN_VOTES[method]
+    if M < need:
+        raise ValueError(f"{method}: needs M >= {need} votes per plan to be identifiable, got M={M}; "
+                         "use labeled_mle (labels) or more votes")
 
 
 @dataclass(frozen=True)
@@ -80,7 +90,12 @@ class TransitionFit:
 
 @dataclass(frozen=True)
 class Calibration:
-    """Everything VRR-Stop needs from one calibration sample."""
+    """Everything VRR-Stop needs from one calibration sample.
+
+    ``rules`` records, per parameter, which estimate was used: "fit" (the vote-noise estimator),
+    "frequency" (k/n, the paper's), or "jeffreys" (the Jeffreys posterior mean (k + 1/2)/(n + 1),
+    used where the frequency sits on the boundary or is undefined; see :func:`defined_rate`).
+    """
 
     params: NoiseParams
     votes: VoteNoiseFit
@@ -88,6 +103,7 @@ class Calibration:
     n_pi_valid: int
     n_pi: int
     M: int
+    rules: dict = field(default_factory=dict)
 
 
 def _histogram(S, M: int, weights=None) -> np.ndarray:
@@ -165,6 +181,7 @@ def binomial_mixture_em(S, M: int, n_restarts: int = 10, seed: int = 0,
     higher-acceptance component as valid. The mixture is identifiable iff J != 0; as J -> 0
     the likelihood surface flattens (App. E).
     """
+    _require_votes("binomial_em", M)
     hist = _histogram(S, M)
     if hist.sum() == 0:
         raise ValueError("binomial_mixture_em: empty sample")
@@ -201,8 +218,7 @@ def method_of_moments(S, M: int) -> VoteNoiseFit:
     variance <= 0) or the roots leave [0, 1], there is no valid two-point solution and the fit
     falls back to p0 = p1 = m1 (J = 0).
     """
-    if M < 3:
-        raise ValueError("method_of_moments needs M >= 3 (three factorial moments)")
+    _require_votes("mom", M)  # three factorial moments
     S = np.asarray(S, dtype=float).ravel()
     m1 = np.mean(S) / M
     m2 = np.mean(S * (S - 1)) / (M * (M - 1))
@@ -256,6 +272,7 @@ def beta_binomial_em(S, M: int, phi_cap: float = 0.3, n_restarts: int = 8, seed:
     logit-scaled weight, means and correlations, on the histogram of S) from ``n_restarts``
     seeded starts; the best log-likelihood is kept and the higher-mean component is "valid".
     """
+    _require_votes("beta_binomial_em", M)
     hist = _histogram(S, M)
     rng = np.random.default_rng(seed)
     mask = hist > 0
@@ -362,26 +379,42 @@ def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
     trans = transition_rates(y[:, 0], y[:, 1], max_pairs=max_pairs, seed=seed)
     labeled = labeled_subset(y.shape[0], max_pairs, seed)      # the same <= 300 labeled plans
     n_pi_valid, n_pi = int(y[labeled, 0].sum()), int(labeled.size)
-    params = NoiseParams(rho0=_clean(votes.rho0, "rho0"), rho1=_clean(votes.rho1, "rho1"),
-                         alpha=_clean(trans.alpha, "alpha"), beta=_clean(trans.beta, "beta"),
-                         pi=float(np.clip(n_pi_valid / n_pi, 1e-6, 1 - 1e-6)))
+    alpha, alpha_rule = defined_rate(trans.n_fixed, trans.n_invalid_before)
+    beta, beta_rule = defined_rate(trans.n_broken, trans.n_valid_before)
+    pi, pi_rule = defined_rate(n_pi_valid, n_pi)
+    rules = {"rho0": "fit", "rho1": "fit", "alpha": alpha_rule, "beta": beta_rule, "pi": pi_rule}
+    rho = {}
+    for name in ("rho0", "rho1"):
+        value = getattr(votes, name)
+        if np.isnan(value):  # labeled MLE with no labeled plan of the class: nothing to fit
+            value, rules[name] = 0.5, "jeffreys"
+        rho[name] = float(np.clip(value, 0.0, 1.0))
+    params = NoiseParams(rho0=rho["rho0"], rho1=rho["rho1"], alpha=alpha, beta=beta, pi=pi)
     return Calibration(params=params, votes=votes, transitions=trans,
-                       n_pi_valid=n_pi_valid, n_pi=n_pi, M=vM)
+                       n_pi_valid=n_pi_valid, n_pi=n_pi, M=vM, rules=rules)
 
 
-def _clean(x: float, name: str) -> float:
-    # A rate with no supporting sample (NaN: e.g. no invalid initial plan in the calibration
-    # folds) cannot be estimated; 0.5 is used and the caller is warned.
-    if np.isnan(x):
-        warnings.warn(f"calibrate: no labeled sample supports {name}; using 0.5", RuntimeWarning, stacklevel=3)
-        return 0.5
-    return float(np.clip(x, 0.0, 1.0))
+def defined_rate(k: int, n: int) -> tuple[float, str]:
+    """A transition rate that stays defined and away from 0 and 1 (App. A's frequencies, made total).
+
+    The paper's estimate is the frequency k/n. At the boundary it breaks the stopping rule: with
+    n = 0 it is undefined, and k = 0 or k = n claims a repair that can never help or never harm
+    (an all-valid window gives beta-hat = 0, so G_k > 0 for every belief and VRR-Stop repairs to
+    K_max). There the Jeffreys posterior mean (k + 1/2) / (n + 1) is used instead; the second
+    value names the rule ("frequency" or "jeffreys") so the calibration output records it.
+    """
+    if n > 0 and 0 < k < n:
+        return k / n, "frequency"
+    return (k + 0.5) / (n + 1.0), "jeffreys"
 
 
 def crossfit_folds(n: int, n_folds: int = 5, seed: int = 0) -> np.ndarray:
     """Fold id (0..n_folds-1) per instance: a seeded permutation split into near-equal folds (App. B)."""
-    if n_folds < 2 or n_folds > n:
-        raise ValueError(f"crossfit_folds: need 2 <= n_folds <= n, got n_folds={n_folds}, n={n}")
+    if n_folds < 2:
+        raise ValueError(f"cross-fitting needs at least 2 folds, got n_folds={n_folds}")
+    if n < n_folds:
+        raise ValueError(f"cross-fitting with {n_folds} folds needs at least {n_folds} instances "
+                         f"(one per fold), got N={n}")
     order = np.random.default_rng(seed).permutation(n)
     folds = np.empty(n, dtype=np.int64)
     folds[order] = np.arange(n) % n_folds
@@ -412,14 +445,16 @@ class CrossFit:
         """JSON-ready form (what 03_calibrate saves and 04_replay reads); floats round-trip exactly."""
         return {"folds": [int(f) for f in self.folds],
                 "fits": [{"params": asdict(f.params), "votes": asdict(f.votes), "transitions": asdict(f.transitions),
-                          "n_pi_valid": f.n_pi_valid, "n_pi": f.n_pi, "M": f.M} for f in self.fits]}
+                          "n_pi_valid": f.n_pi_valid, "n_pi": f.n_pi, "M": f.M, "rules": f.rules}
+                         for f in self.fits]}
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "calibration") -> "CrossFit":
         try:
             fits = [Calibration(params=NoiseParams(**f["params"]), votes=VoteNoiseFit(**f["votes"]),
                                 transitions=TransitionFit(**f["transitions"]), n_pi_valid=int(f["n_pi_valid"]),
-                                n_pi=int(f["n_pi"]), M=int(f["M"])) for f in data["fits"]]
+                                n_pi=int(f["n_pi"]), M=int(f["M"]), rules=dict(f.get("rules", {})))
+                    for f in data["fits"]]
             folds = np.asarray(data["folds"], dtype=np.int64)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{source}: field 'crossfit': not a saved cross-fit calibration ({exc})") from exc

@@ -22,14 +22,14 @@ def summarize_replay(result: ReplayResult, n_resamples: int = N_RESAMPLES, seed:
                      reference: str | None = TPM) -> list[dict]:
     """V with its bootstrap CI, <K> and paired differences against ``reference`` for every policy of a
     replay (App. G), plus the mean committed round."""
+    committed = {k: o.committed for k, o in result.outcomes.items()}
     rounds = {k: o.rounds_used for k, o in result.outcomes.items()}
     if reference not in result.outcomes:
         reference = None
-    rows = policy_table(result.validity, rounds, reference=reference, n_resamples=n_resamples,
+    rows = policy_table(result.validity, committed, rounds, reference=reference, n_resamples=n_resamples,
                         seed=result.config.seed if seed is None else seed)
     for row in rows:
         row["setting"] = result.setting
-        row["mean_committed_round"] = float(np.mean(result.outcomes[row["policy"]].committed))
     return rows
 
 
@@ -56,8 +56,9 @@ def loop_dynamics(setting: Setting) -> dict:
     row = {
         "setting": setting.name, "label": setting.meta.get("label", setting.name), "N": setting.n_instances,
         "rho0": votes.rho0, "rho1": votes.rho1, "J": 1 - votes.rho0 - votes.rho1,
-        "alpha": cal.params.alpha, "beta": cal.params.beta,
-        "b_star": float(boundary(cal.params.alpha, cal.params.beta)),
+        # the labeled frequencies themselves (descriptive; the decision rule uses defined_rate)
+        "alpha": cal.transitions.alpha, "beta": cal.transitions.beta,
+        "b_star": float(boundary(cal.transitions.alpha, cal.transitions.beta)),
         "Q": q.tolist(), "A": (S.mean(axis=0) / M).tolist(), "shape": trajectory_shape(q),
         "transitions": {k: int(v) for k, v in vars(cal.transitions).items() if k.startswith("n_")},
     }
@@ -85,7 +86,7 @@ def calibration_summary(setting: Setting, config: ReplayConfig = ReplayConfig())
     S, y, M = setting.S, setting.y, setting.M
     cf = fit_calibration(setting, config)
     truth = labeled_mle(S[:, 0], y[:, 0], M)
-    folds = [{"fold": i, **f.params.as_dict(), "weight_valid": f.votes.weight_valid,
+    folds = [{"fold": i, **f.params.as_dict(), "rules": f.rules, "weight_valid": f.votes.weight_valid,
               "loglik": f.votes.loglik, "converged": f.votes.converged} for i, f in enumerate(cf.fits)]
     em_rho0 = float(np.mean([f["rho0"] for f in folds]))
     em_rho1 = float(np.mean([f["rho1"] for f in folds]))
@@ -245,15 +246,14 @@ def setting_statistics(arrays: Setting, replay_saved: dict, n_resamples: int = N
     config = ReplayConfig.from_dict(replay_saved["config"])
     stats = {
         "setting": replay_saved["setting"],
-        "policy_table": policy_table(replay_saved["validity"], replay_saved["rounds_used"], reference=TPM,
+        "policy_table": policy_table(replay_saved["validity"], replay_saved["committed"], replay_saved["rounds_used"],
+                                     reference=TPM,
                                      n_resamples=n_resamples, seed=seed),
         "paired": paired_comparisons(replay_saved["validity"], n_resamples=n_resamples, seed=seed),
         "median_margin": median_decision_margin(arrays, config),
         "n_resamples": n_resamples,
         "tpm_source": replay_saved["tpm_source"],
     }
-    for row in stats["policy_table"]:
-        row["mean_committed_round"] = float(replay_saved["committed"][row["policy"]].mean())
     if peak_round is not None:
         stats["paired"] += [round_vs_round(arrays.y, peak_round, arrays.k_max, n_resamples, seed),
                             round_vs_round(arrays.y, 0, arrays.k_max, n_resamples, seed)]
