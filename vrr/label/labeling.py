@@ -34,8 +34,7 @@ def label_records(records: Sequence[dict], task: Task, verifier, M: int) -> tupl
     N = len(records)
     S = np.zeros((N, K1), dtype=np.int64)
     y = np.zeros((N, K1), dtype=np.int8)
-    unparsable = 0
-    truncated = 0
+    unparsable = truncated = no_answer = 0
     to_label: list[tuple[dict, object]] = []
     for i, r in enumerate(records):
         if len(r["rounds"]) != K1:
@@ -50,9 +49,11 @@ def label_records(records: Sequence[dict], task: Task, verifier, M: int) -> tupl
             S[i, k] = sum(p == 1 for p in parsed)
             to_label.append((rd, problem))
             truncated += int(rd.get("finish") == "length")
+            no_answer += int("answer" in rd and rd["answer"] is None)  # labeled invalid: no final answer
     y[:] = np.asarray(task.label_rounds(to_label), dtype=np.int8).reshape(N, K1)
     stats = {"judge_unparsable_frac": unparsable / float(N * K1 * M),
-             "plans_truncated_frac": truncated / float(N * K1)}
+             "plans_truncated_frac": truncated / float(N * K1),
+             "plans_without_answer_frac": no_answer / float(N * K1)}
     return S, y, stats
 
 
@@ -131,12 +132,20 @@ def finalize_setting(paths: store.RunPaths, cfg: RunConfig | None = None,
     stored_config = store.read_stored_config(paths)
     cfg = from_stored(stored_config, str(paths.config))
 
+    def in_window(records, split, indices):
+        # a record of another dataset or split (a stray line) is not part of the window, whatever its index
+        return [r for r in records if r.get("dataset", cfg.dataset) == cfg.dataset and r.get("split") == split
+                and r["index"] in indices]
+
     traj = store.unique_by_index(store.read_part(paths.traj_part, repair=False))
     want = set(range(cfg.start, cfg.start + cfg.n))
-    traj = [r for r in traj if r["index"] in want]
+    traj = in_window(traj, cfg.split, want)
     traj_complete = {r["index"] for r in traj} == want
+    probe_missing = ""
     if cfg.probe_from:
         src = store.RunPaths(out_root, cfg.probe_from)
+        if not src.config.exists():
+            probe_missing = f"the probe's owner {src.dir} has no config.json"
         probe = store.unique_by_index(store.read_part(src.probe_part, repair=False)) if src.probe_part.exists() else []
         src_cfg = store.read_stored_config(src) if src.config.exists() else {}
         probe_n = src_cfg.get("probe_n", 0)
@@ -146,8 +155,8 @@ def finalize_setting(paths: store.RunPaths, cfg: RunConfig | None = None,
         probe = store.unique_by_index(store.read_part(paths.probe_part, repair=False))
         probe_n, probe_split, probe_start = cfg.probe_n, cfg.probe_split, cfg.probe_start
     pwant = set(range(probe_start, probe_start + probe_n)) if probe_split else set()
-    probe = [r for r in probe if r["index"] in pwant]
-    probe_complete = {r["index"] for r in probe} == pwant
+    probe = in_window(probe, probe_split, pwant)
+    probe_complete = {r["index"] for r in probe} == pwant and not probe_missing
     if traj_complete:
         store.write_jsonl_gz(paths.traj, traj)
     if probe_complete and probe and not cfg.probe_from:  # a shared probe is stored once, by its owner
@@ -156,12 +165,14 @@ def finalize_setting(paths: store.RunPaths, cfg: RunConfig | None = None,
         return "empty"
     run_meta = store.read_run_meta(paths)
     setting = build_setting(cfg, traj, probe or None, run_meta=run_meta, stored_config=stored_config)
-    if traj_complete and (probe_complete or not pwant):
+    if traj_complete and (probe_complete or not (pwant or probe_missing)):
         save_setting(paths.arrays, setting)
         paths.arrays_partial.unlink(missing_ok=True)
         return "complete"
     setting.meta["partial"] = {"instances_done": len(traj), "instances_total": len(want),
                                "probe_done": len(probe), "probe_total": len(pwant)}
+    if probe_missing:
+        setting.meta["partial"]["probe_missing"] = probe_missing
     save_setting(paths.arrays_partial, setting)
     return "partial"
 

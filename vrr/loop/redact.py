@@ -36,8 +36,11 @@ def redact_record(record: dict, problem_text: str, extract_answer) -> dict:
     are computed from exactly what the model wrote."""
     def clean_round(rd: dict) -> dict:
         rd = dict(rd)
-        if "plan" in rd:
-            rd.setdefault("answer", extract_answer(rd["plan"]))
+        if "plan" in rd and "answer" not in rd:
+            try:
+                rd["answer"] = extract_answer(rd["plan"])
+            except Exception as exc:  # a malformed output labels invalid with a reason; it never costs the batch
+                rd["answer"], rd["answer_error"] = None, f"{type(exc).__name__}: {exc}"[:300]
             rd["plan"] = redact_problem_text(rd["plan"], problem_text)
         if "judge" in rd:
             rd["judge"] = [redact_problem_text(t, problem_text) for t in rd["judge"]]

@@ -19,6 +19,7 @@ import gzip
 import json
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Iterable
 
@@ -76,30 +77,59 @@ def check_config(paths: RunPaths, cfg: RunConfig) -> None:
         write_record_json(paths.config, {**stored_raw, **{k: getattr(cfg, k) for k in WINDOW_KEYS}})
 
 
+class PartFileWarning(UserWarning):
+    """A part file had lines that are not completed records; they were set aside, not lost."""
+
+
+def _parse_line(line: bytes) -> tuple[dict | None, str]:
+    try:
+        rec = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 ({exc.reason} at byte {exc.start})"
+    except json.JSONDecodeError as exc:
+        return None, f"not JSON ({exc.msg})"
+    if not isinstance(rec, dict):
+        return None, f"not a JSON object ({type(rec).__name__})"
+    if not isinstance(rec.get("index"), int) or isinstance(rec.get("index"), bool):
+        return None, "no integer 'index'"
+    return rec, ""
+
+
 def read_part(path: Path, repair: bool = True) -> list[dict]:
-    """Completed records of a part file. A torn trailing line (crash mid-write) is dropped and,
-    with ``repair=True``, truncated away so later appends start on a clean line."""
+    """The completed records of a part file; a bad line never costs the good ones.
+
+    Every line that is not a completed record (not UTF-8, not JSON, not an object with an integer
+    ``index``, or the torn last line of a crash mid-write) is skipped and reported with the file and
+    line number (:class:`PartFileWarning`). With ``repair=True`` the bad lines are moved to
+    ``<file>.rejected`` and the part file is rewritten atomically with the good records only, so
+    later appends start on a clean line; completed records are never truncated away.
+    """
     if not path.exists():
         return []
     raw = path.read_bytes()
-    recs, good_end, pos = [], 0, 0
-    while pos < len(raw):
-        nl = raw.find(b"\n", pos)
-        if nl < 0:
-            break  # no newline: torn
-        line = raw[pos:nl]
-        if line.strip():
-            try:
-                recs.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-        pos = nl + 1
-        good_end = pos
-    if repair and good_end < len(raw):
-        with open(path, "r+b") as f:
-            f.truncate(good_end)
-            f.flush()
-            os.fsync(f.fileno())
+    lines = raw.split(b"\n")
+    torn = lines.pop() if lines else b""  # after the last newline: empty, or a line cut by a crash
+    recs, good_lines, bad = [], [], []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        rec, problem = _parse_line(line)
+        if rec is None:
+            bad.append((number, line, problem))
+        else:
+            recs.append(rec)
+            good_lines.append(line)
+    if torn.strip():
+        bad.append((len(lines) + 1, torn, "torn last line (no newline: the write was interrupted)"))
+    if bad:
+        shown = "; ".join(f"line {n}: {why}" for n, _, why in bad[:5]) + (" ..." if len(bad) > 5 else "")
+        action = f"moved to {path.name}.rejected" if repair else "skipped"
+        warnings.warn(f"{path}: {len(bad)} bad line(s) {action}, {len(recs)} records kept ({shown})",
+                      PartFileWarning, stacklevel=2)
+        if repair:
+            with open(path.with_name(path.name + ".rejected"), "ab") as f:
+                f.write(b"".join(line + b"\n" for _, line, _ in bad))
+            atomic_write_bytes(path, b"".join(line + b"\n" for line in good_lines))
     return recs
 
 
@@ -123,6 +153,7 @@ def read_jsonl_gz(path: Path) -> list[dict]:
 
 
 def unique_by_index(records: list[dict]) -> list[dict]:
+    """The first record of each (split, index), sorted by index (a resumed batch may repeat one)."""
     seen, out = set(), []
     for r in records:
         key = (r.get("split"), r["index"])

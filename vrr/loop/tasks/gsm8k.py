@@ -101,6 +101,11 @@ def gold_answer(solution: str) -> str:
     return m.group(1).strip().replace(",", "").replace("$", "")
 
 
+def _finite(v: float) -> float | None:
+    """A number too large for a float (a 400-digit answer) is no answer: None, not inf or an error."""
+    return v if math.isfinite(v) else None
+
+
 def parse_number(s: str | None) -> float | None:
     """Parse '1,000', '$18.00', '18.', '-3', '3/4', '50%', '7 dollars' -> float (None if no number)."""
     if s is None:
@@ -111,8 +116,8 @@ def parse_number(s: str | None) -> float | None:
     m = re.search(r"\\[dt]?frac\{\s*(-?[\d.,]+)\s*\}\{\s*([\d.,]+)\s*\}", t)
     if m:
         try:
-            return float(Fraction(m.group(1).replace(",", "")) / Fraction(m.group(2).replace(",", "")))
-        except (ValueError, ZeroDivisionError):
+            return _finite(float(Fraction(m.group(1).replace(",", "")) / Fraction(m.group(2).replace(",", ""))))
+        except (ValueError, ZeroDivisionError, OverflowError):
             return None
     m = re.search(_NUM, t)
     if not m:
@@ -122,9 +127,9 @@ def parse_number(s: str | None) -> float | None:
     try:
         if "/" in tok:
             a, b = tok.split("/", 1)
-            return float(Fraction(a) / Fraction(b))
-        return float(tok)
-    except (ValueError, ZeroDivisionError):
+            return _finite(float(Fraction(a) / Fraction(b)))
+        return _finite(float(tok))
+    except (ValueError, ZeroDivisionError, OverflowError):
         return None
 
 
