@@ -43,15 +43,13 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 empty :=
 space := $(empty) $(empty)
 comma := ,
-PAPERMILL := $(PY) -m papermill --log-level WARNING --no-progress-bar --cwd $(CURDIR)
 NB_COMMON = -p setting $* -p data_root $(DATA) -p results_root $(RESULTS) -p seed $(SEED) \
 	$(if $(MODEL),-p model $(MODEL)) $(if $(VERIFIER),-p verifier $(VERIFIER))
-# run NOTEBOOK OUTPUT ARGS: execute into a temporary name, rename only on success.
+# run NOTEBOOK OUTPUT ARGS: papermill into a temporary name, renamed only on success (vrr.chain.run_notebook);
+# a signal stops the kernel and leaves no output. The command has no shell syntax, so make runs it
+# directly and its SIGTERM reaches the runner.
 define run_nb
-	@mkdir -p $(dir $(2))
-	@echo "[papermill] $(notdir $(1)) -> $(2)"
-	@$(PAPERMILL) $(1) $(2).tmp.ipynb $(3) > $(2).log 2>&1 || { mv -f $(2).tmp.ipynb $(2:.ipynb=.failed.ipynb) 2>/dev/null; cat $(2).log; echo "FAILED: $(2) (see $(2:.ipynb=.failed.ipynb))"; exit 1; }
-	@mv -f $(2).tmp.ipynb $(2) && rm -f $(2).log $(2:.ipynb=.failed.ipynb)
+	@$(PY) -m vrr notebook $(1) $(2) $(3)
 endef
 
 .PHONY: all env engine-env models test test-fast reproduce generate resolve bench bench-engine clean-results help
@@ -131,17 +129,19 @@ $(RESULTS)/06_figures.ipynb: $(foreach s,$(SETTINGS),$(RESULTS)/$(s)/05_stats.ip
 	  -p probe_setting $(call pick,gsm8k_cpu_favorable gsm8k_cpu_pmstress,sim_qwen3b_pmstress) \
 	  -p flip_reps $(FLIP_REPS) -p flip_eval $(FLIP_EVAL))
 
-reproduce: env
-	@start=$$(date +%s); \
-	$(MAKE) --no-print-directory $(RESULTS)/06_figures.ipynb || exit 1; \
-	echo "make reproduce: $$(( $$(date +%s) - start )) s wall time for $(words $(SETTINGS)) settings -> $(RESULTS)/README.md"
+# No recursive make: killing this make (by PID or Ctrl-C) stops every notebook it started.
+ifneq ($(filter reproduce,$(MAKECMDGOALS)),)
+REPRODUCE_START := $(shell date +%s)
+endif
+reproduce: env $(RESULTS)/06_figures.ipynb
+	@echo "make reproduce: $$(( $$(date +%s) - $(REPRODUCE_START) )) s wall time for $(words $(SETTINGS)) settings -> $(RESULTS)/README.md"
 
 # ------------------------------------------------------------------ real trajectories (LLM engine)
 GEN_MODELS ?= qwen2.5-coder-0.5b
 generate: engine-env
 	$(MAKE) --no-print-directory models MODELS="$(GEN_MODELS)"
 	@for s in $(SETTINGS); do \
-	  $(PAPERMILL) notebooks/01_generate.ipynb $(RESULTS)/$$s/01_generate.ipynb -p setting $$s -p run_engine True \
+	  $(PY) -m vrr notebook notebooks/01_generate.ipynb $(RESULTS)/$$s/01_generate.ipynb -p setting $$s -p run_engine True \
 	    -p engine_python $(ENGINE_PY) -p data_root $(DATA) -p results_root $(RESULTS) \
 	    $(if $(MODEL),-p model $(MODEL)) $(if $(VERIFIER),-p verifier $(VERIFIER)) $(if $(N),-p n $(N)) || exit 1; \
 	done

@@ -58,3 +58,18 @@ def test_make_reproduce_tiny(tmp_path):
     for name in ("robustness.csv", "pareto.png", "06_figures" , "sim_llama3_8b_pmstress"):
         assert name in index
     assert not list(results.rglob("*.tmp.ipynb")) and not list(results.rglob("*.failed.ipynb"))
+
+
+@pytest.mark.chain
+def test_steps_03_to_05_write_the_same_bytes_twice(tmp_path):
+    """Calibration, replay and statistics of one setting are byte-identical across two runs."""
+    roots = [tmp_path / "a", tmp_path / "b"]
+    for root in roots:
+        target = root / "gsm8k_cpu_pmstress" / "05_stats.ipynb"
+        proc = subprocess.run(["make", "--no-print-directory", f"RESULTS={root}", "RESAMPLES=300", str(target)],
+                              cwd=REPO, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for name in ("calibration.json", "replay.npz", "stats.json", "stopping_gsm8k_cpu_pmstress.csv",
+                 "stopping_gsm8k_cpu_pmstress.tex"):
+        a, b = (root / "gsm8k_cpu_pmstress" / name for root in roots)
+        assert a.read_bytes() == b.read_bytes(), name

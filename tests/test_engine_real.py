@@ -13,8 +13,11 @@ import gzip
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -57,3 +60,30 @@ def test_real_engine_generate_label_smollm2(tmp_path):
         assert all(isinstance(rd["plan"], str) and rd["plan"] for rd in r["rounds"])
     meta = json.loads((d / "run_meta.json").read_text())
     assert meta["engine"]["load_seconds"] > 0 and meta["sessions"][-1]["instances"] == 2
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_killing_a_real_run_leaves_no_engine_process(tmp_path, sig):
+    """vLLM's EngineCore and workers used to outlive a killed run (~6 GB each time); the supervisor
+    of ``python -m vrr generate`` and the worker's watchdog reap the whole process group."""
+    _require_engine()
+    from test_processes import assert_no_survivor, marked
+
+    mark = uuid.uuid4().hex
+    env = dict(os.environ, VRR_TEST_MARK=mark, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "vrr", "generate", "gsm8k_cpu_favorable", "--run-name", "killed",
+           "--model", "smollm2-135m", "--verifier", "smollm2-135m", "--n", "20", "--probe-n", "0",
+           "--set", "K_max=1", "--set", "M=2", "--set", "max_tokens.context=2048", "--no-progress",
+           "--out-root", str(tmp_path)]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while len(marked(mark)) < 3:  # supervisor, worker, and at least one engine process
+        assert proc.poll() is None, "the run ended before its engine started"
+        assert time.time() < deadline
+        time.sleep(0.5)
+    time.sleep(2)
+    n_before = len(marked(mark))
+    os.kill(proc.pid, sig)
+    proc.wait(timeout=60)
+    assert_no_survivor(mark, within=30)
+    assert n_before >= 3

@@ -10,7 +10,7 @@ from vrr.calibration.identifiability import (error_radius, flip_risk_grid, label
                                  sign_identifiable)
 from vrr.core.model import NoiseParams
 from vrr.data.simulate import simulate_setting
-from vrr.stats.inference import bootstrap_ci, bootstrap_means, mcnemar_exact, paired_bootstrap, percentile_interval, policy_table
+from vrr.stats.inference import bootstrap_ci, bootstrap_means, mcnemar_exact, paired_bootstrap, policy_table
 
 A = (np.random.default_rng(5).random(400) < 0.72).astype(int)
 B = np.where(np.random.default_rng(6).random(400) < 0.2, 1 - A, A)

@@ -148,6 +148,131 @@ def run_generation_process(setting_file: str, paths: SettingPaths, overrides: di
         raise RuntimeError(f"{paths.arrays}: generation stopped before the window was complete; rerun to resume")
 
 
+# --------------------------------------------------------------------------- process hygiene
+WORKER_ENV = "VRR_GENERATE_WORKER"
+
+
+def supervise(argv: Sequence[str]) -> int:
+    """Run ``python -m vrr generate ...`` as a worker in its own process group and reap that whole
+    group (vLLM's EngineCore and workers included) on every exit path of this process.
+
+    SIGTERM/SIGINT here are forwarded to the group, which gets SIGKILL 10 s later at the latest; a
+    worker that dies (even by SIGKILL) has its group killed; and if this supervisor itself is
+    SIGKILLed, the worker's watchdog (:func:`start_orphan_watchdog`) kills the group.
+    """
+    import signal
+
+    env = dict(os.environ, **{WORKER_ENV: "1"})
+    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    proc = subprocess.Popen([sys.executable, "-m", "vrr", *argv], env=env, start_new_session=True)
+    stopping = {"signal": 0}
+
+    def kill_group(sig):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def on_signal(signum, _frame):
+        stopping["signal"] = signum
+        kill_group(signal.SIGTERM)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        while True:
+            try:
+                rc = proc.wait(timeout=10 if stopping["signal"] else None)
+                break
+            except subprocess.TimeoutExpired:
+                kill_group(signal.SIGKILL)
+    finally:
+        kill_group(signal.SIGKILL)  # whatever the worker left behind (EngineCore, workers) goes with it
+        for s, h in old.items():
+            signal.signal(s, h)
+    return 128 + stopping["signal"] if stopping["signal"] else rc
+
+
+def start_orphan_watchdog(interval: float = 1.0) -> None:
+    """In a generation worker: kill our own process group when the supervisor disappears (SIGKILL),
+    and on SIGTERM; the group holds the engine's child processes, which would otherwise live on."""
+    import signal
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def kill_own_group(*_):
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    signal.signal(signal.SIGTERM, kill_own_group)
+
+    def watch():
+        while True:
+            time.sleep(interval)
+            if os.getppid() != parent:
+                kill_own_group()
+
+    threading.Thread(target=watch, name="vrr-orphan-watchdog", daemon=True).start()
+
+
+# --------------------------------------------------------------------------- one notebook of the chain
+def run_notebook(notebook: str | os.PathLike, output: str | os.PathLike, parameters: dict[str, Any],
+                 cwd: str | os.PathLike | None = None) -> int:
+    """Execute one notebook with papermill; the output appears under its name only when it succeeded.
+
+    The notebook runs into ``<output>.tmp.ipynb``; success renames it to ``output``; failure keeps it
+    as ``<output stem>.failed.ipynb`` with the log. SIGTERM, SIGINT and SIGHUP stop the kernel (papermill
+    shuts it down on the way out), so killing ``make`` stops the whole run and leaves no output that looks
+    complete. Returns the exit status (0 on success).
+    """
+    import signal
+
+    import papermill
+
+    output = Path(output)
+    tmp = output.with_name(output.name + ".tmp.ipynb")
+    failed = output.with_name(output.stem + ".failed.ipynb")
+    output.parent.mkdir(parents=True, exist_ok=True)
+
+    def stop(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, stop)
+    print(f"[papermill] {Path(notebook).name} -> {output}", flush=True)
+    # The kernel and papermill write to our stderr; keep it in a log that is shown only on failure.
+    log = output.with_name(output.name + ".log")
+    saved_stderr = os.dup(2)
+    with open(log, "w") as log_fh:
+        os.dup2(log_fh.fileno(), 2)
+        try:
+            papermill.execute_notebook(str(notebook), str(tmp), parameters=parameters, cwd=str(cwd or REPO_ROOT),
+                                       progress_bar=False, log_output=False)
+            status = 0
+        except KeyboardInterrupt:
+            status = 130
+        except Exception as exc:  # papermill's execution error carries the failing cell's traceback
+            print(exc, file=sys.stderr, flush=True)
+            status = 1
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved_stderr, 2)
+            os.close(saved_stderr)
+    if status == 130:
+        tmp.unlink(missing_ok=True)
+        print(f"INTERRUPTED: {output} (nothing written; log {log})", file=sys.stderr, flush=True)
+    elif status == 1:
+        if tmp.exists():
+            os.replace(tmp, failed)
+        sys.stderr.write(log.read_text()[-8000:])
+        print(f"FAILED: {output} (see {failed} and {log})", file=sys.stderr, flush=True)
+    else:
+        os.replace(tmp, output)
+        failed.unlink(missing_ok=True)
+        log.unlink(missing_ok=True)
+    return status
+
+
 # --------------------------------------------------------------------------- python -m vrr
 def _parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
     out = {}
@@ -210,8 +335,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     j.add_argument("--start", type=int, default=5000)
     j.add_argument("--problems", type=int, default=40)
     j.add_argument("--out", help="JSON output")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    nb = sub.add_parser("notebook", help="execute one notebook of the chain (what make runs)")
+    nb.add_argument("notebook")
+    nb.add_argument("output")
+    nb.add_argument("-p", nargs=2, action="append", metavar=("NAME", "VALUE"), default=[],
+                    help="a parameter of the notebook (the value is read as YAML: 40 is an int, a,b a string)")
     a = ap.parse_args(argv)
 
+    if a.command == "notebook":
+        return run_notebook(a.notebook, a.output, {k: yaml.safe_load(v) for k, v in a.p})
+    starts_engines = a.command == "measure-judge-styles" or (a.command == "generate" and not a.finalize_only)
+    if starts_engines:
+        if os.environ.get(WORKER_ENV) != "1":
+            return supervise(argv)
+        start_orphan_watchdog()
     if a.command == "label":
         for d in a.run_dirs:
             print(d, relabel(d))

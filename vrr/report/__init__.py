@@ -3,7 +3,7 @@
 ``vrr.report`` gathers the rendering helpers (``render``: CSV/LaTeX tables, PNG/PDF figures), the
 paper's table and figure builders (``paper``) and ``write_index``.
 """
-from .index import write_index  # noqa: F401
+from .index import publish, staging_dir, write_index  # noqa: F401
 from .paper import (  # noqa: F401
     PAPER_POLICY_ORDER, Results, flip_grid, flip_region_rates, probe_figure_inputs, table_ablations,
     table_calibration_stress, table_loop_dynamics, table_paired, table_robustness, table_stopping, verifier_markers,

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..common.npzio import write_npz
 from . import render as rep
-from ..stats.analysis import read_json
+from ..common.jsonio import read_json
 from ..data.contract import load_setting
 from ..calibration.identifiability import flip_risk_grid
 
@@ -161,9 +161,9 @@ def table_ablations(res: Results, out_dir: Path) -> dict[str, list[dict]]:
     return out
 
 
-def flip_grid(out_dir: Path, reps: int = 40, n_eval: int = 500, seed: int = 0):
-    """Compute (or load the cached) RQ3 flip-risk grid."""
-    path = Path(out_dir) / "flip_grid.npz"
+def flip_grid(cache_dir: Path, reps: int = 40, n_eval: int = 500, seed: int = 0):
+    """Compute (or load the cached) RQ3 flip-risk grid; the cache is ``cache_dir/flip_grid.npz``."""
+    path = Path(cache_dir) / "flip_grid.npz"
     j_values = np.round(np.arange(0.05, 0.85, 0.1), 2)
     delta_edges = np.array([0.0, 0.05, 0.1, 0.2, 0.3, 0.45, 0.6, 1.0])
     params = np.array([reps, n_eval, seed])

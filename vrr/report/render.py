@@ -19,6 +19,11 @@ plt.rcParams.update({"figure.dpi": 150, "savefig.dpi": 200, "font.size": 8, "axe
                      "axes.labelsize": 8, "legend.fontsize": 7, "xtick.labelsize": 7, "ytick.labelsize": 7,
                      "axes.spines.top": False, "axes.spines.right": False})
 COLUMN_WIDTH = 3.3   # inches, one column of the AAAI format
+CSV_SIGNIFICANT_DIGITS = 6  # CSV numbers: enough for every reported value, few enough that float noise of
+                            # another BLAS or CPU does not show (17 digits did)
+# No timestamps or tool versions in the figure files, so two runs write the same bytes.
+PDF_METADATA = {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None}
+PNG_METADATA = {"Software": None}
 TEXT_WIDTH = 7.0
 
 
@@ -37,7 +42,8 @@ def _fmt(value, digits: int = 3) -> str:
 
 def write_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]], stem: str | os.PathLike,
                 caption: str = "", digits: int = 3) -> tuple[Path, Path]:
-    """Write ``rows`` as ``stem.csv`` (full precision) and ``stem.tex`` (booktabs, formatted).
+    """Write ``rows`` as ``stem.csv`` (numbers to ``CSV_SIGNIFICANT_DIGITS`` significant digits) and
+    ``stem.tex`` (booktabs, formatted).
 
     ``columns`` is a list of (key, header). Both files are written atomically.
     """
@@ -57,11 +63,20 @@ def write_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]], stem: 
     return csv_path, tex_path
 
 
+def csv_value(value):
+    """A table cell for the CSV: floats to a stated number of significant digits."""
+    if isinstance(value, (bool, np.bool_)):
+        return value
+    if isinstance(value, (float, np.floating)):
+        return "nan" if np.isnan(value) else f"{float(value):.{CSV_SIGNIFICANT_DIGITS}g}"
+    return value
+
+
 def _csv(fh, rows, columns):
-    writer = csv.writer(fh)
+    writer = csv.writer(fh, lineterminator="\n")
     writer.writerow([k for k, _ in columns])
     for row in rows:
-        writer.writerow([row.get(k, "") for k, _ in columns])
+        writer.writerow([csv_value(row.get(k, "")) for k, _ in columns])
 
 
 def _tex_escape(text: str) -> str:
@@ -89,10 +104,10 @@ def save_figure(fig, stem: str | os.PathLike) -> tuple[Path, Path]:
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     out = []
-    for ext in (".png", ".pdf"):
+    for ext, metadata in ((".png", PNG_METADATA), (".pdf", PDF_METADATA)):
         path = stem.with_suffix(ext)
         tmp = path.with_name(f".{path.stem}.tmp{ext}")
-        fig.savefig(tmp, bbox_inches="tight")
+        fig.savefig(tmp, bbox_inches="tight", metadata=metadata)
         os.replace(tmp, path)
         out.append(path)
     plt.close(fig)

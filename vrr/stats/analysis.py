@@ -8,9 +8,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..common.jsonio import read_json, write_json  # noqa: F401  (re-exported for notebooks)
 from ..core.belief import boundary
-from ..calibration.estimators import binomial_mixture_em, calibrate, crossfit, labeled_mle
+from ..calibration.estimators import binomial_mixture_em, calibrate, labeled_mle
 from ..data.contract import Setting
 from ..calibration.identifiability import labeled_j_diagnostic
 from ..policies.replay import TPM, ReplayConfig, ReplayResult, fit_calibration, replay

@@ -11,9 +11,17 @@ It answers the same ``chat(conversations, temperature, max_tokens, n)`` calls as
 Plans are written by ``task.synthetic_plan``; the problem is found by its text in the
 conversation. ``fail_after=k`` raises ``KeyboardInterrupt`` on call k + 1 (a kill mid-run).
 Use it with ``backend: fake`` in a setting, or ``make_engine(..., backend="fake", task=...)``.
+
+For process tests it can behave like a real engine in two more ways: ``call_seconds`` (or
+``$VRR_FAKE_CALL_SECONDS``) makes every call take that long, and ``stub_child`` (or
+``$VRR_FAKE_STUB_CHILD=1``) starts a child process that lives as long as the engine, standing in
+for vLLM's EngineCore, so a test can check that killing a run leaves no process behind.
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from typing import Sequence
 
@@ -24,9 +32,13 @@ class FakeEngine:
     backend = "fake"
 
     def __init__(self, task, model: str = "fake", seed: int = 0, fail_after: int | None = None,
-                 splits: Sequence[str] = ("test", "train")):
+                 splits: Sequence[str] | None = None, call_seconds: float | None = None,
+                 stub_child: bool | None = None, **_ignored):
         self.task, self.model, self.seed, self.fail_after = task, model, seed, fail_after
-        self.splits = tuple(splits)
+        self.call_seconds = float(os.environ.get("VRR_FAKE_CALL_SECONDS", 0) if call_seconds is None else call_seconds)
+        if stub_child if stub_child is not None else os.environ.get("VRR_FAKE_STUB_CHILD") == "1":
+            self.child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        self.splits = tuple(splits if splits is not None else task.splits)
         self._by_text: dict | None = None
         self.calls: list[dict] = []
         self.last_info: dict = {}
@@ -50,6 +62,7 @@ class FakeEngine:
         if self.fail_after is not None and len(self.calls) >= self.fail_after:
             raise KeyboardInterrupt("fake engine: simulated kill")
         t0 = time.time()
+        time.sleep(self.call_seconds)
         self.calls.append({"n": n, "B": len(conversations), "temperature": temperature, "max_tokens": max_tokens})
         outs = []
         for conv in conversations:

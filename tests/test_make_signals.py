@@ -1,0 +1,38 @@
+"""Killing ``make reproduce`` by its PID stops the whole run and leaves nothing that looks complete."""
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from test_processes import assert_no_survivor
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.chain
+def test_sigterm_to_make_during_06_stops_everything_and_publishes_nothing(tmp_path):
+    mark = uuid.uuid4().hex
+    results = tmp_path / "results"
+    env = dict(os.environ, VRR_TEST_MARK=mark)
+    cmd = ["make", "--no-print-directory", "reproduce", f"RESULTS={results}", "SETTINGS=sim_qwen3b_favorable",
+           "N=40", "RESAMPLES=100", "FLIP_REPS=200", "FLIP_EVAL=500"]   # a slow 06: the flip grid
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.time() + 600
+    while not (results / "06_figures.ipynb.tmp.ipynb").exists():
+        assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+        assert time.time() < deadline
+        time.sleep(0.2)
+    time.sleep(3)  # 06 is running: its kernel is computing
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=60)
+    assert proc.returncode != 0
+    assert_no_survivor(mark, within=20)
+    assert not (results / "06_figures.ipynb").exists()
+    assert not (results / "README.md").exists()
+    assert not (results / "tables").exists() and not (results / "figures").exists()
+    # the per-setting steps before 06 finished and stay valid
+    assert (results / "sim_qwen3b_favorable" / "05_stats.ipynb").is_file()
