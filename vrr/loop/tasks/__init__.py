@@ -3,9 +3,11 @@
 To add a task: subclass :class:`Task` in a module here (see ``gsm8k.py``) and add it to ``TASKS``.
 """
 from .base import MAX_PLAN_CHARS, Problem, Task  # noqa: F401
+from .bfcl import BFCLSimple
 from .gsm8k import GSM8K
+from .math500 import MATH500
 
-TASKS: dict[str, type] = {GSM8K.name: GSM8K}
+TASKS: dict[str, type] = {cls.name: cls for cls in (GSM8K, MATH500, BFCLSimple)}
 
 
 def get_task(name: str) -> Task:

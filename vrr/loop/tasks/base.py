@@ -47,6 +47,7 @@ class Task:
     name: str = ""
     prompts = None  # a vrr.loop.prompts.PromptSet
     label_rule: str = ""  # one line, stored in the arrays' meta
+    splits: tuple = ()    # the splits ``load`` accepts
 
     def load(self, split: str) -> list[Problem]:
         raise NotImplementedError

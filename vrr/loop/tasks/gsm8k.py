@@ -336,6 +336,7 @@ class GSM8K(Task):
     name = DATASET
     prompts = PROMPTS
     label_rule = "gsm8k exact match (numeric) vs original problem"
+    splits = SPLITS
 
     def load(self, split: str) -> list[Problem]:
         return load_gsm8k(split)
