@@ -6,8 +6,9 @@ from .base import MAX_PLAN_CHARS, Problem, Task  # noqa: F401
 from .bfcl import BFCLSimple
 from .gsm8k import GSM8K
 from .math500 import MATH500
+from .mbpp import MBPP
 
-TASKS: dict[str, type] = {cls.name: cls for cls in (GSM8K, MATH500, BFCLSimple)}
+TASKS: dict[str, type] = {cls.name: cls for cls in (GSM8K, MATH500, MBPP, BFCLSimple)}
 
 
 def get_task(name: str) -> Task:

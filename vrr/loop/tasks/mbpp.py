@@ -1,0 +1,452 @@
+"""MBPP: the task plug-in (loader, prompts, code extraction, sandboxed unit-test label, PM-stress edits).
+
+* Data: the hand-verified ``sanitized-mbpp.json`` (427 problems) of Austin et al. (2021), from
+  ``$VRR_MBPP_DIR``, else ``../shared/data/mbpp`` (``vrr.common.paths.shared_data_dirs``), else the
+  Hugging Face hub (``google-research-datasets/mbpp``, config ``sanitized``). Splits follow the
+  upstream README and the HF ``mbpp`` loader (v1.0.2) for the sanitized config, by task_id:
+  prompt 1-10 (7 problems), test 11-510 (257), validation 511-600 (43), train 601-974 (120), in file
+  order. ``Problem.index`` is the 0-based row within the split.
+* What the model sees (``Problem.question``): the problem statement, then
+  ``Your code should pass this test:`` and the task's FIRST test assert, as in the original MBPP
+  prompt format (which lists the tests); the first assert fixes the function's name and signature.
+  The other asserts stay hidden. The prompt wording (``PROMPTS``) is ours: the paper does not
+  print its MBPP prompts.
+* ``extract_answer(text)``: the code of the last ```` ```python ```` block (also ``py``/``python3``;
+  an untagged block only when there is no tagged one; an unclosed final block counts, as when the
+  output was cut at the token budget). ``None`` when there is no code. It never raises.
+* The label (App. B: "sandboxed unit tests on MBPP (5-second timeout)"): the code, after the task's
+  ``test_imports``, passes ALL of its ``test_list`` asserts in :mod:`vrr.loop.sandbox` within 5 s of
+  wall time. A harness runs the code and then each assert in one namespace, and prints a random
+  marker only after the last assert, so ``sys.exit(0)`` or ``os._exit(0)`` inside the code cannot
+  pass. The code is never compiled or run in this process.
+* ``make_perturbation`` / ``apply_perturbation`` (PM stress, App. B): one number, number word or
+  condition word of the statement (never of the shown test) is changed, deterministic per
+  ``(seed, index)``; the spec stores only the edited span, like GSM8K's.
+* ``synthetic_plan``: the reference solution (correct) or a function of the right name that
+  returns ``None`` (incorrect), for the fake engine.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import hashlib
+import json
+import os
+import re
+import secrets
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...common.paths import shared_data_dirs
+from ..prompts import PromptSet
+from ..sandbox import DEFAULT_TIMEOUT, run_many
+from .base import Problem, Task
+from .gsm8k import _numeric_spans, _perturb_number, _rng
+from .gsm8k import apply_perturbation as _apply_span_edit
+
+DATASET = "mbpp"
+SPLIT_TASK_IDS = {"prompt": (1, 10), "test": (11, 510), "validation": (511, 600), "train": (601, 974)}
+SHOWN_TEST_HEAD = "\nYour code should pass this test:\n"
+MAX_CODE_CHARS = 50_000  # longer "solutions" are labeled invalid without running them
+TEST_TIMEOUT = DEFAULT_TIMEOUT  # App. B: 5 s
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What MBPP's label needs: the reference code, the asserts, their imports; and where the
+    statement ends inside ``Problem.question`` (perturbations stay inside it)."""
+
+    task_id: int
+    code: str
+    tests: tuple
+    imports: tuple
+    statement_chars: int
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One code answer checked against one problem's tests: ``valid`` and, when not, ``reason``
+    (never the test's source text)."""
+
+    valid: bool
+    reason: str
+    seconds: float = 0.0
+
+
+# --------------------------------------------------------------------------- loading
+def _candidate_dirs() -> list[Path]:
+    return shared_data_dirs("mbpp", env_var="VRR_MBPP_DIR")
+
+
+def local_path() -> Path | None:
+    """The first local ``sanitized-mbpp.json`` among the candidate folders (None if none)."""
+    for d in _candidate_dirs():
+        p = d / "sanitized-mbpp.json"
+        if p.exists():
+            return p
+    return None
+
+
+_CACHE: dict[tuple, list[Problem]] = {}
+
+
+def _problem(split: str, index: int, row: dict) -> Problem:
+    statement = row["prompt"].strip()
+    tests = tuple(row["test_list"])
+    question = statement + SHOWN_TEST_HEAD + tests[0].strip()
+    ref = Reference(task_id=int(row["task_id"]), code=row["code"], tests=tests,
+                    imports=tuple(row.get("test_imports") or ()), statement_chars=len(statement))
+    return Problem(split, index, question, ref, DATASET)
+
+
+def load_mbpp(split: str = "test", path: str | os.PathLike | None = None, allow_hub: bool = True) -> list[Problem]:
+    """All sanitized-MBPP problems of ``split`` (task_id ranges in ``SPLIT_TASK_IDS``), in file order."""
+    if split not in SPLIT_TASK_IDS:
+        raise ValueError(f"split must be one of {tuple(SPLIT_TASK_IDS)}")
+    p = Path(path) if path else local_path()
+    key = (split, str(p))
+    if key in _CACHE:
+        return _CACHE[key]
+    lo, hi = SPLIT_TASK_IDS[split]
+    if p is not None and p.exists():
+        rows = [r for r in json.loads(p.read_text(encoding="utf-8")) if lo <= int(r["task_id"]) <= hi]
+    elif allow_hub:  # pragma: no cover - needs network
+        import datasets  # lazy: only online users need it
+
+        rows = [dict(r) for r in datasets.load_dataset("google-research-datasets/mbpp", "sanitized")[split]]
+    else:
+        raise FileNotFoundError(f"no local sanitized-mbpp.json in {_candidate_dirs()}")
+    probs = [_problem(split, i, r) for i, r in enumerate(rows)]
+    _CACHE[key] = probs
+    return probs
+
+
+# --------------------------------------------------------------------------- answers
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)(?:^[ \t]*```|\Z)", re.S | re.M)
+_PY_TAGS = {"python", "py", "python3", "py3"}
+
+
+def extract_answer(text: str | None) -> str | None:
+    """The code of the last ```python block of a model output (module docstring); None if none."""
+    if not isinstance(text, str) or "```" not in text:
+        return None
+    tagged, untagged = [], []
+    for m in _FENCE.finditer(text):
+        tag = m.group(1).lower()
+        if tag in _PY_TAGS:
+            tagged.append(m.group(2))
+        elif not tag:
+            untagged.append(m.group(2))
+    blocks = tagged or untagged
+    if not blocks:
+        return None
+    code = textwrap.dedent(blocks[-1]).strip("\n").rstrip()
+    return code if code.strip() else None
+
+
+# The harness runs inside the sandbox: imports, the code, each assert, in one namespace (as if
+# concatenated into one script), and reports only the first failure: which test, the exception,
+# and for `assert call == expected` the value the call returned. It never prints a test's source.
+_HARNESS = r'''
+def _vrr_harness(code, imports, tests, marker):
+    import ast, os, sys, time, traceback
+    t0 = time.monotonic()
+    g = {"__name__": "__main__", "__builtins__": __builtins__}
+
+    def fail(where, exc, test=None):
+        msg = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        if test is not None and isinstance(exc, AssertionError) and time.monotonic() - t0 < 2.0:
+            try:
+                node = ast.parse(test).body[0]
+                if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare) \
+                        and len(node.test.ops) == 1 and isinstance(node.test.ops[0], ast.Eq):
+                    got = eval(compile(ast.Expression(node.test.left), "<got>", "eval"), g)
+                    msg += " (the call returned %s)" % repr(got)[:200]
+            except BaseException:
+                pass
+        try:
+            sys.stdout.flush()
+        except BaseException:
+            pass
+        os.write(2, ("\nVRR-FAIL %s: %s\n" % (where, msg)).encode("utf-8", "replace"))
+        os._exit(1)
+
+    try:
+        exec(compile(imports, "<test imports>", "exec"), g)
+    except BaseException as e:
+        fail("test imports", e)
+    try:
+        exec(compile(code, "<solution>", "exec"), g)
+    except BaseException as e:
+        fail("solution", e)
+    for i, test in enumerate(tests, 1):
+        try:
+            exec(compile(test, "<test %d>" % i, "exec"), g)
+        except BaseException as e:
+            fail("test %d of %d" % (i, len(tests)), e, test)
+    try:
+        sys.stdout.flush()
+    except BaseException:
+        pass
+    os.write(1, ("\n" + marker + "\n").encode())
+    os._exit(0)
+
+'''
+
+
+def _harness(code: str, ref: Reference, marker: str) -> str:
+    return (_HARNESS + f"_vrr_harness({code!r}, {chr(10).join(ref.imports)!r}, {list(ref.tests)!r}, "
+            f"{marker!r})\n")
+
+
+_FAIL_LINE = re.compile(r"^VRR-FAIL (.*)$", re.M)
+
+
+def _pre_check(answer) -> str | None:
+    """Why an answer is invalid without running it (None: it must run)."""
+    if answer is None:
+        return "no ```python code block in the output"
+    if not isinstance(answer, str):
+        return f"answer is a {type(answer).__name__}, not code"
+    if not answer.strip():
+        return "empty code block"
+    if len(answer) > MAX_CODE_CHARS:
+        return f"code longer than {MAX_CODE_CHARS} characters"
+    return None
+
+
+def check_many(pairs: list[tuple[object, Problem]], timeout: float = TEST_TIMEOUT, parallel: int = 2,
+               progress: bool = False) -> list[CheckResult]:
+    """Check many (code answer, problem) pairs in the sandbox, ``parallel`` at a time; identical
+    pairs run once. Never raises on a malformed answer: it is invalid with a reason."""
+    out: list[CheckResult | None] = [None] * len(pairs)
+    to_run: dict[tuple, list[int]] = {}
+    for i, (answer, problem) in enumerate(pairs):
+        why = _pre_check(answer)
+        if why is not None:
+            out[i] = CheckResult(False, why)
+        else:
+            to_run.setdefault((answer, problem.answer.task_id), []).append(i)
+    keys = list(to_run)
+    markers = [f"VRR-ALL-TESTS-PASSED-{secrets.token_hex(16)}" for _ in keys]
+    programs = [_harness(code, pairs[to_run[(code, tid)][0]][1].answer, mk) for (code, tid), mk in zip(keys, markers)]
+    results = run_many(programs, timeout=timeout, parallel=parallel, progress=progress, desc="mbpp tests")
+    for key, marker, r in zip(keys, markers, results):
+        if r.passed and marker in r.stdout:
+            res = CheckResult(True, "", r.seconds)
+        else:
+            fails = _FAIL_LINE.findall(r.stderr)
+            if r.timed_out:
+                why = f"timeout: the tests did not finish within {timeout:g} s"
+            elif fails:
+                why = fails[-1].strip()
+            elif r.passed:
+                why = "the program exited before the tests ran"
+            else:
+                why = r.error or f"exit status {r.returncode}"
+            res = CheckResult(False, why[:600], r.seconds)
+        for i in to_run[key]:
+            out[i] = res
+    return out  # type: ignore[return-value]
+
+
+def entry_point(problem: Problem) -> str:
+    """The name of the function the tests call: the first name called in the first test that the
+    reference code defines at top level (else the first non-builtin name the test calls)."""
+    ref: Reference = problem.answer
+    defined = [n.name for n in ast.parse(ref.code).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    called = [n.func.id for n in ast.walk(ast.parse(ref.tests[0]))
+              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    for name in called:
+        if name in defined:
+            return name
+    return next((n for n in called if n not in dir(builtins)), defined[-1] if defined else "solution")
+
+
+# --------------------------------------------------------------------------- perturbations
+# Word-level swaps that change what the function must compute (case kept on the first letter).
+CONDITION_SWAPS = {
+    "maximum": "minimum", "minimum": "maximum", "max": "min", "min": "max",
+    "largest": "smallest", "smallest": "largest", "biggest": "smallest", "highest": "lowest",
+    "lowest": "highest", "longest": "shortest", "shortest": "longest", "greatest": "least",
+    "greater": "smaller", "smaller": "greater", "larger": "smaller", "less": "more", "more": "less",
+    "fewer": "more", "first": "last", "last": "first", "even": "odd", "odd": "even",
+    "positive": "negative", "negative": "positive", "sum": "product", "product": "sum",
+    "increasing": "decreasing", "decreasing": "increasing", "ascending": "descending",
+    "descending": "ascending", "lowercase": "uppercase", "uppercase": "lowercase", "lower": "upper",
+    "upper": "lower", "before": "after", "after": "before", "left": "right", "right": "left",
+    "front": "rear", "rear": "front", "next": "previous", "previous": "next", "all": "any",
+    "any": "all", "common": "uncommon", "unique": "duplicate", "duplicate": "unique",
+    "prime": "composite", "square": "cube", "cube": "square", "squares": "cubes", "cubes": "squares",
+    "area": "perimeter", "perimeter": "area", "union": "intersection", "intersection": "union",
+    "true": "false", "false": "true", "remove": "keep", "begins": "ends", "ends": "begins",
+    "start": "end", "end": "start", "vowels": "consonants", "consonants": "vowels", "add": "subtract",
+    "difference": "sum", "multiply": "add", "divisible": "indivisible", "equal": "unequal",
+    "volume": "surface area", "circumference": "area", "nth": "(n+1)th", "once": "twice",
+    "octagonal": "hexagonal", "hexagonal": "octagonal", "decagonal": "octagonal", "tetrahedral": "triangular",
+    "triangular": "square", "sort": "reverse", "sorted": "reversed", "binary": "octal", "contains": "lacks",
+    "present": "absent", "exists": "is missing", "count": "sum", "ratio": "difference", "zeroes": "ones",
+    "integer": "float", "tuple": "list", "tuples": "lists", "space": "comma", "camel": "pascal",
+    "snake": "kebab", "lucas": "fibonacci", "xor": "and", "angle": "magnitude", "depth": "width",
+    "longer": "shorter", "shorter": "longer", "median": "mean", "mean": "median", "reverse": "sort",
+    "empty": "non-empty", "polar": "cartesian", "blank": "non-blank", "drop": "keep", "power": "root",
+}
+NUMBER_WORDS = {
+    "one": "two", "two": "three", "three": "four", "four": "five", "five": "six", "twice": "three times",
+    "second": "third", "third": "fourth", "single": "double", "half": "a third",
+}
+
+
+def _word_spans(statement: str, table: dict) -> list[tuple[int, int, str, str]]:
+    out = []
+    for m in re.finditer(r"[A-Za-z]+", statement):
+        new = table.get(m.group(0).lower())
+        if new is not None:
+            if m.group(0)[:1].isupper():
+                new = new[:1].upper() + new[1:]
+            out.append((m.start(), m.end(), m.group(0), new))
+    return out
+
+
+def make_perturbation(problem: Problem, seed: int, kind: str = "auto") -> dict:
+    """Deterministic PM edit of problem ``problem.index`` under ``seed``: one span of the statement.
+
+    ``kind``: "numeric" (a number or number word), "condition" (a swap from ``CONDITION_SWAPS``),
+    or "auto" (uniform over all candidate spans). The spec is ``{"kind", "start", "end", "orig",
+    "new", "seed"}`` with offsets into the ORIGINAL question; "none" when the statement has no
+    candidate."""
+    statement = problem.question[:problem.answer.statement_chars]
+    rng = _rng(seed, problem.index, salt="mbpp-pm")
+    numeric = [(s, e, tok, None) for s, e, tok in _numeric_spans(statement)] + _word_spans(statement, NUMBER_WORDS)
+    condition = _word_spans(statement, CONDITION_SWAPS)
+    pool = {"numeric": [("numeric", c) for c in numeric], "condition": [("condition", c) for c in condition]}
+    cands = pool.get(kind) if kind != "auto" else pool["numeric"] + pool["condition"]
+    if cands is None:
+        raise ValueError("kind must be 'auto', 'numeric' or 'condition'")
+    if not cands:
+        return {"kind": "none", "start": 0, "end": 0, "orig": "", "new": "", "seed": seed}
+    cands.sort(key=lambda c: c[1][0])
+    chosen_kind, (s, e, orig, new) = cands[rng.randrange(len(cands))]
+    if new is None:
+        new = _perturb_number(orig, rng)
+    return {"kind": chosen_kind, "start": s, "end": e, "orig": orig, "new": new, "seed": seed}
+
+
+def apply_perturbation(question: str, spec: dict | None) -> str:
+    """The repairer's (perturbed) copy of the question, rebuilt from the original and a spec."""
+    return _apply_span_edit(question, spec)
+
+
+# --------------------------------------------------------------------------- prompts and plug-in
+ANSWER_FORMAT = ("Put your complete solution (the function and the imports it needs) in one ```python "
+                 "code block at the end of your response.")
+
+PROMPTS = PromptSet(
+    generator_system="You are an expert Python programmer. You write correct, self-contained Python functions.",
+    generator_instruction="Write a Python function that solves the task.",
+    answer_format=ANSWER_FORMAT,
+    judge_system=("You are a strict code reviewer. You check whether a proposed Python solution to a "
+                  "programming task is correct."),
+    judge_instructions={
+        "verdict": ("Is the proposed code correct for every valid input of the task, including the shown test? "
+                    "Reply with exactly one word: ACCEPT if it is correct, REJECT if it is not."),
+        "check": ("Check the code's logic and the shown test in at most two short sentences. Then write a last "
+                  "line that is exactly \"VERDICT: ACCEPT\" if the code is correct or \"VERDICT: REJECT\" if "
+                  "it is not."),
+        "reason": ("Trace the code on the shown test and on one edge case of your own, step by step. Finish "
+                   "with a last line that is exactly \"VERDICT: ACCEPT\" if the code is correct or "
+                   "\"VERDICT: REJECT\" if it is not."),
+    },
+    repair_instructions={
+        "self-refine": ("You are now the programmer. Using the feedback, check the proposed code and write an "
+                        "improved, complete solution (fix any mistakes)."),
+        "reflexion": ("You are now the programmer. First write one or two sentences starting with \"Reflection:\" "
+                      "about what may be wrong with the proposed code. Then write a new, complete solution."),
+    },
+)
+
+
+class MBPP(Task):
+    """Sanitized MBPP as a task plug-in: valid = all unit tests pass in the sandbox in 5 s (App. B)."""
+
+    name = DATASET
+    prompts = PROMPTS
+    label_rule = "mbpp sanitized: all test_list asserts (after test_imports) pass in vrr.loop.sandbox, 5 s wall timeout"
+    splits = tuple(SPLIT_TASK_IDS)
+    parallel = 2          # sandboxed programs in flight at once
+    progress_min = 200    # label batches at least this big show a progress bar
+    _CACHE_MAX = 100_000
+
+    def __init__(self):
+        self._checked: dict[str, CheckResult] = {}
+
+    def load(self, split: str) -> list[Problem]:
+        """The problems of ``split`` (:func:`load_mbpp`)."""
+        return load_mbpp(split)
+
+    def extract_answer(self, text: str | None) -> str | None:
+        """The code of the last ```python block (:func:`extract_answer`)."""
+        return extract_answer(text)
+
+    @staticmethod
+    def _key(answer: str, problem: Problem) -> str:
+        return hashlib.sha256(f"{problem.answer.task_id}\0{answer}".encode("utf-8", "surrogatepass")).hexdigest()
+
+    def check_many(self, pairs: list[tuple[object, Problem]], progress: bool = False) -> list[CheckResult]:
+        """:func:`check_many` with a per-instance cache (the fake engine and relabeling ask again)."""
+        out: list[CheckResult | None] = [None] * len(pairs)
+        todo = []
+        for i, (answer, problem) in enumerate(pairs):
+            if isinstance(answer, str):
+                hit = self._checked.get(self._key(answer, problem))
+                if hit is not None:
+                    out[i] = hit
+                    continue
+            todo.append(i)
+        fresh = check_many([pairs[i] for i in todo], parallel=self.parallel, progress=progress)
+        for i, res in zip(todo, fresh):
+            out[i] = res
+            answer, problem = pairs[i]
+            if isinstance(answer, str) and len(self._checked) < self._CACHE_MAX:
+                self._checked[self._key(answer, problem)] = res
+        return out  # type: ignore[return-value]
+
+    def check(self, answer, problem: Problem) -> CheckResult:
+        """Validity of one code answer with the reason when invalid."""
+        return self.check_many([(answer, problem)])[0]
+
+    def is_valid(self, answer, problem: Problem) -> bool:
+        """App. B's MBPP label: all of the problem's unit tests pass in the sandbox within 5 s."""
+        return self.check(answer, problem).valid
+
+    def failing_feedback(self, answer, problem: Problem) -> str:
+        """The first failing test's error (e.g. ``test 2 of 3: AssertionError (the call returned 5)``),
+        for repair feedback; ``""`` when all tests pass. Never includes a test's source."""
+        res = self.check(answer, problem)
+        return "" if res.valid else res.reason
+
+    def label_rounds(self, items: list[tuple[dict, Problem]]) -> list[int]:
+        """Labels of many stored plans in one sandbox batch (``parallel`` at a time, each distinct
+        code once)."""
+        pairs = [(rd["answer"] if "answer" in rd else self.extract_answer(rd.get("plan")), problem)
+                 for rd, problem in items]
+        results = self.check_many(pairs, progress=len(pairs) >= self.progress_min)
+        return [int(r.valid) for r in results]
+
+    def make_perturbation(self, problem: Problem, seed: int, kind: str = "auto") -> dict:
+        """The PM-stress edit of one statement span (:func:`make_perturbation`)."""
+        return make_perturbation(problem, seed, kind)
+
+    def apply_perturbation(self, text: str, spec: dict | None) -> str:
+        """The repairer's perturbed copy of the question (:func:`apply_perturbation`)."""
+        return apply_perturbation(text, spec)
+
+    def synthetic_plan(self, problem: Problem, correct: bool) -> str:
+        """A plan for the fake engine: the reference code (correct) or a stub of the tested
+        function that returns None (incorrect), in a ```python block."""
+        if correct:
+            code = problem.answer.code.replace("\r\n", "\n").strip("\n")
+        else:
+            code = f"def {entry_point(problem)}(*args, **kwargs):\n    return None"
+        return f"Here is the solution.\n\n```python\n{code}\n```"
