@@ -72,8 +72,10 @@ class Setting:
         return str(self.meta.get("setting", "unnamed"))
 
 
-def _as_count_array(value: Any, source, name: str, ndim: int, upper: int) -> np.ndarray:
+def _as_count_array(value: Any, source, name: str, ndim: int, upper: int, allow_bool: bool = False) -> np.ndarray:
     arr = np.asarray(value)
+    if arr.dtype.kind == "b" and not allow_bool:
+        raise DataContractError(source, name, "must hold integer counts, got booleans")
     if arr.ndim != ndim:
         raise DataContractError(source, name, f"expected {ndim}-D array, got shape {arr.shape}")
     if arr.size == 0:
@@ -107,7 +109,7 @@ def validate(setting: Setting, source: str | os.PathLike = "<in-memory setting>"
         raise DataContractError(source, "S", "needs at least one round")
     if setting.y is None:
         raise DataContractError(source, "y", "missing labels: true validity is required for every round")
-    setting.y = _as_count_array(setting.y, source, "y", 2, 1).astype(np.int8)
+    setting.y = _as_count_array(setting.y, source, "y", 2, 1, allow_bool=True).astype(np.int8)
     if setting.y.shape != setting.S.shape:
         raise DataContractError(source, "y", f"shape {setting.y.shape} differs from S shape {setting.S.shape}")
     if setting.probe_S is not None:
@@ -116,13 +118,29 @@ def validate(setting: Setting, source: str | os.PathLike = "<in-memory setting>"
         setting.probe_M = _as_positive_int(setting.probe_M, source, "probe_M")
         setting.probe_S = _as_count_array(setting.probe_S, source, "probe_S", 1, setting.probe_M)
         if setting.probe_y is not None:
-            setting.probe_y = _as_count_array(setting.probe_y, source, "probe_y", 1, 1).astype(np.int8)
+            setting.probe_y = _as_count_array(setting.probe_y, source, "probe_y", 1, 1, allow_bool=True).astype(np.int8)
             if setting.probe_y.shape != setting.probe_S.shape:
                 raise DataContractError(source, "probe_y", f"shape {setting.probe_y.shape} differs from probe_S shape {setting.probe_S.shape}")
     elif setting.probe_y is not None:
         raise DataContractError(source, "probe_y", "given without probe_S")
+    elif setting.probe_M is not None:
+        raise DataContractError(source, "probe_M", "given without probe_S")
     if not isinstance(setting.meta, dict):
         raise DataContractError(source, "meta", "must be a JSON object (dict)")
+    _check_meta_agrees(setting, source)
+
+
+def _check_meta_agrees(setting: Setting, source) -> None:
+    """Where the metadata restates a size, it must be the arrays' (a meta that disagrees is a mix-up)."""
+    meta, (n, k1) = setting.meta, setting.S.shape
+    for key, actual in (("M", setting.M), ("K_max", k1 - 1)):
+        if key in meta and not (isinstance(meta[key], int) and not isinstance(meta[key], bool) and meta[key] == actual):
+            raise DataContractError(source, f"meta.{key}", f"says {meta[key]!r}, the arrays have {actual}")
+    if "indices" in meta and (not isinstance(meta["indices"], list) or len(meta["indices"]) != n):
+        raise DataContractError(source, "meta.indices", f"must list the {n} instances of S")
+    probe = meta.get("probe")
+    if isinstance(probe, dict) and "votes" in probe and probe["votes"] != setting.probe_M:
+        raise DataContractError(source, "meta.probe.votes", f"says {probe['votes']!r}, probe_M is {setting.probe_M}")
 
 
 def save_setting(path: str | os.PathLike, setting: Setting) -> Path:
@@ -150,20 +168,25 @@ def load_setting(path: str | os.PathLike) -> Setting:
     try:
         archive = np.load(path, allow_pickle=False)
     except Exception as exc:  # not a zip / corrupt
-        raise DataContractError(path, "<file>", f"not a readable .npz archive ({exc})") from exc
+        raise DataContractError(path, "<file>", f"not a readable .npz archive ({type(exc).__name__}: {exc})") from exc
     with archive:
         keys = set(archive.files)
-        unknown = sorted(keys - set(ALL_FIELDS))
+        unknown = sorted(keys - {f"{n}" for n in ALL_FIELDS})
         if unknown:
             raise DataContractError(path, unknown[0], f"unknown key (allowed: {', '.join(ALL_FIELDS)})")
         for name in REQUIRED_FIELDS:
             if name not in keys:
                 raise DataContractError(path, name, "missing required field")
-        try:
-            meta = json.loads(str(archive["meta"]))
-        except json.JSONDecodeError as exc:
-            raise DataContractError(path, "meta", f"not valid JSON ({exc})") from exc
-        fields = {name: archive[name] for name in keys if name != "meta"}
+        fields = {}
+        for name in sorted(keys):
+            try:  # members are read lazily: a corrupt member fails here (CRC, zlib, header)
+                fields[name] = archive[name]
+            except Exception as exc:
+                raise DataContractError(path, name, f"unreadable ({type(exc).__name__}: {exc})") from exc
+    try:
+        meta = json.loads(str(fields.pop("meta")))
+    except json.JSONDecodeError as exc:
+        raise DataContractError(path, "meta", f"not valid JSON ({exc})") from exc
     setting = Setting.__new__(Setting)
     setting.S, setting.y, setting.M = fields["S"], fields["y"], fields["M"]
     setting.probe_S = fields.get("probe_S")
