@@ -34,7 +34,9 @@ KINDS = ("simulated", "real")
 TASKS = ("gsm8k", "math500", "mbpp", "bfcl_single", "bfcl_multi")
 REGIMES = ("favorable", "pm_stress", "nonstationary", "independent_resampling")
 PERTURBATION_EDITS = ("none", "numeric", "condition", "auto")
-VERIFIER_KINDS = ("llm_judge", "prm", "executor")
+VERIFIER_KINDS = ("llm_judge", "llm_asserts", "visible_test", "prm", "executor")
+# Repeated queries of these give the same answer (App. H): their rho0, rho1 come from labeled samples.
+DETERMINISTIC_VERIFIERS = ("visible_test", "prm", "executor")
 JUDGE_STYLES = ("verdict", "check", "reason")
 REPAIR_STYLES = ("self-refine", "reflexion")
 REPAIR_MODES = ("repair", "resample")
@@ -287,7 +289,11 @@ def validate_config(raw: dict, path, kind_hint: str | None = None) -> dict:
             raise SettingConfigError(path, "params", str(exc)) from exc
         if "schedule" in cfg and cfg["schedule"]["start_round"] > cfg["K_max"]:
             raise SettingConfigError(path, "schedule.start_round", f"must be <= K_max ({cfg['K_max']})")
-    else:
+    if cfg["verifier"]["kind"] in DETERMINISTIC_VERIFIERS and cfg["calibration"]["method"] != "labeled_mle":
+        raise SettingConfigError(path, "calibration.method",
+                                 f"verifier kind {cfg['verifier']['kind']!r} is deterministic (App. H): its M votes "
+                                 "repeat one answer, so rho0, rho1 must come from labeled samples (labeled_mle)")
+    if kind == "real":
         pert = cfg["perturbation"]
         to_round = pert["to_round"]
         if to_round is not None and to_round < pert["from_round"]:

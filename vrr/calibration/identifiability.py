@@ -1,7 +1,11 @@
 """Sign identifiability (Sec. 4.2, Eq. 8, Proposition 1; App. A "Error Radius"; RQ3).
 
-* ``parameter_intervals``  confidence intervals of the calibrated (rho0, rho1, alpha, beta, pi)
-* ``error_radius``         B_k: worst-case excursion of G-hat_k over the interval endpoints
+* ``bootstrap_intervals``  simultaneous intervals of (rho0, rho1, alpha, beta, pi) from a bootstrap of
+                           the whole calibration (instances resampled, every estimator refit)
+* ``parameter_intervals``  the earlier Clopper-Pearson intervals on effective counts (kept for
+                           comparison: they treat the EM's class split as known and under-cover)
+* ``error_radius``         B_k: worst-case excursion of G-hat_k over the interval box (corners and a
+                           grid through the interior, where G is not monotone)
 * ``sign_identifiable``    Eq. 8: G-hat - B > tau or G-hat + B <= tau
 * ``labeled_j_diagnostic`` the held-out separation test of Sec. 4.3 (no EM involved)
 * ``flip_risk_grid``       simulated stopping-sign flip probability over (J, Delta) (Fig. RQ3)
@@ -52,39 +56,85 @@ def parameter_intervals(cal: Calibration, eta: float = 0.05) -> dict[str, tuple[
     }
 
 
-def crossfit_intervals(cf: CrossFit, eta: float = 0.05) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per-instance interval endpoints under cross-fitting (each instance gets its fold's fit)."""
-    per_fold = [parameter_intervals(f, eta) for f in cf.fits]
+BOOTSTRAP_REPLICATES = 200
+
+
+def bootstrap_intervals(S, y, M: int, eta: float = 0.05, n_boot: int = BOOTSTRAP_REPLICATES, seed: int = 0,
+                        **calibrate_kwargs) -> dict[str, tuple[float, float]]:
+    """Simultaneous intervals at level 1 - eta for the calibrated parameters (Prop. 1's premise).
+
+    The whole calibration (:func:`vrr.calibration.calibrate` with ``calibrate_kwargs``: the EM or
+    other vote-noise fit, alpha and beta from labeled pairs, pi) is refit on ``n_boot`` samples of
+    the calibration instances drawn with replacement, so the intervals carry the estimation
+    uncertainty of the EM itself, which the effective-count intervals ignore. Each parameter gets
+    the percentile interval at level 1 - eta/5 (Bonferroni over the five), widened to contain the
+    point estimate.
+    """
+    S, y = np.asarray(S), np.asarray(y)
+    point = calibrate(S, y, M, seed=seed, **calibrate_kwargs).params.as_dict()
+    rng = np.random.default_rng(seed + 7919)
+    n = S.shape[0]
+    draws = {name: np.empty(n_boot) for name in PARAM_NAMES}
+    for b in range(n_boot):
+        idx = rng.integers(0, n, n)
+        fit = calibrate(S[idx], y[idx], M, seed=seed + b, **calibrate_kwargs).params
+        for name in PARAM_NAMES:
+            draws[name][b] = getattr(fit, name)
+    tail = 100.0 * eta / len(PARAM_NAMES) / 2.0
+    out = {}
+    for name in PARAM_NAMES:
+        lo, hi = np.percentile(draws[name], [tail, 100.0 - tail])
+        out[name] = (float(min(lo, point[name])), float(max(hi, point[name])))
+    return out
+
+
+def crossfit_intervals(cf: CrossFit, eta: float = 0.05, S=None, y=None, M: int | None = None,
+                       n_boot: int = BOOTSTRAP_REPLICATES, seed: int = 0,
+                       **calibrate_kwargs) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per-instance interval endpoints under cross-fitting (each instance gets its fold's intervals).
+
+    With the calibration data (``S``, ``y``, ``M``) the intervals come from :func:`bootstrap_intervals`
+    on each fold's training instances; without it, from :func:`parameter_intervals` of each fold's fit.
+    """
+    if S is None:
+        per_fold = [parameter_intervals(f, eta) for f in cf.fits]
+    else:
+        S, y = np.asarray(S), np.asarray(y)
+        per_fold = [bootstrap_intervals(S[cf.folds != f], y[cf.folds != f], M, eta=eta, n_boot=n_boot,
+                                        seed=seed + f, **calibrate_kwargs) for f in range(len(cf.fits))]
     return {name: (np.array([iv[name][0] for iv in per_fold])[cf.folds],
                    np.array([iv[name][1] for iv in per_fold])[cf.folds]) for name in PARAM_NAMES}
 
 
-def error_radius(S, M: int, point: dict, intervals: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Error radius B_k (App. A "Error Radius and Sample Complexity").
+def _gain_path(S, M: int, params: dict) -> np.ndarray:
+    b, _ = filter_beliefs(S, M, params["rho0"], params["rho1"], params["alpha"], params["beta"], params["pi"])
+    n = b.shape[0]
+    a = np.broadcast_to(np.asarray(params["alpha"], float), (n,))[:, None]
+    be = np.broadcast_to(np.asarray(params["beta"], float), (n,))[:, None]
+    return gain(b, a, be)
 
-    Propagates the parameter intervals through the belief recursion (Eq. 5 and the predict
-    step) and G_k (Eq. 6): for each of the 2^5 corners of the interval box the whole filter is
-    re-run, and B_k is the largest |G_k(corner) - G-hat_k|. ``point`` and ``intervals`` map
-    parameter names to scalars / per-instance arrays (lo, hi). Returns (G-hat, B), both [N, K+1].
 
-    As in the paper, only the corners are searched. The posterior is not monotone in rho0, rho1
-    (the sign of d b / d rho0 depends on whether S > M rho0), so the worst case can lie inside
-    the box and B_k can fall short of its nominal coverage; the coverage test in
-    tests/test_stats_data_identifiability.py measures it on simulated data.
+def error_radius(S, M: int, point: dict, intervals: dict, grid: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """Error radius B_k (App. A "Error Radius and Sample Complexity"), for Eq. 8 and Prop. 1.
+
+    Propagates the parameter box through the belief recursion (Eq. 5 and the predict step) and
+    G_k (Eq. 6): B_k is the largest |G_k(theta) - G-hat_k| over theta in the box. The paper searches
+    the 2^5 corners. G is not monotone in rho0 and rho1 (the sign of d b / d rho0 depends on
+    whether S > M rho0), so the worst case can lie inside the box: the search also runs every
+    combination of ``grid`` evenly spaced values of rho0 and rho1 with the corners of the other
+    three parameters. ``point`` and ``intervals`` map parameter names to scalars / per-instance
+    arrays (lo, hi). Returns (G-hat, B), both [N, K+1].
     """
-    def g_of(params):
-        b, _ = filter_beliefs(S, M, params["rho0"], params["rho1"], params["alpha"],
-                              params["beta"], params["pi"])
-        n = b.shape[0]
-        a = np.broadcast_to(np.asarray(params["alpha"], float), (n,))[:, None]
-        be = np.broadcast_to(np.asarray(params["beta"], float), (n,))[:, None]
-        return gain(b, a, be)
-
-    g_hat = g_of(point)
+    g_hat = _gain_path(S, M, point)
     radius = np.zeros_like(g_hat)
-    for corner in itertools.product((0, 1), repeat=len(PARAM_NAMES)):
-        params = {name: intervals[name][side] for name, side in zip(PARAM_NAMES, corner)}
-        radius = np.maximum(radius, np.abs(g_of(params) - g_hat))
+    levels = np.linspace(0.0, 1.0, max(2, grid))
+    axes = {name: (levels if name in ("rho0", "rho1") else (0.0, 1.0)) for name in PARAM_NAMES}
+    for fractions in itertools.product(*(axes[name] for name in PARAM_NAMES)):
+        params = {}
+        for name, f in zip(PARAM_NAMES, fractions):
+            lo, hi = (np.asarray(v, dtype=float) for v in intervals[name])
+            params[name] = lo + f * (hi - lo)
+        radius = np.maximum(radius, np.abs(_gain_path(S, M, params) - g_hat))
     return g_hat, radius
 
 

@@ -132,9 +132,11 @@ def finalize_setting(paths: store.RunPaths, cfg: RunConfig | None = None,
     stored_config = store.read_stored_config(paths)
     cfg = from_stored(stored_config, str(paths.config))
 
+    dataset = get_task(cfg.dataset).dataset
+
     def in_window(records, split, indices):
         # a record of another dataset or split (a stray line) is not part of the window, whatever its index
-        return [r for r in records if r.get("dataset", cfg.dataset) == cfg.dataset and r.get("split") == split
+        return [r for r in records if r.get("dataset", dataset) == dataset and r.get("split") == split
                 and r["index"] in indices]
 
     traj = store.unique_by_index(store.read_part(paths.traj_part, repair=False))

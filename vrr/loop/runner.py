@@ -72,6 +72,17 @@ def describe_engines(engines: dict[str, ChatEngine]) -> dict:
     return out
 
 
+def repair_feedback(task: Task, verifier, outputs: Sequence[str], plan: str, problem: Problem) -> str:
+    """What the repairer is told: the verifier's summary of its M votes, plus the task's own execution
+    feedback where it has one (code: the shown test's error, self-debug style)."""
+    text = verifier.feedback(outputs)
+    if hasattr(task, "repair_feedback"):
+        extra = task.repair_feedback(task.extract_answer(plan), problem)
+        if extra:
+            text += "\n" + extra
+    return text
+
+
 def _redacted(task: Task, record: dict) -> dict:
     """Records are stored without verbatim copies of the problem text (vrr.loop.redact)."""
     problem = task.problem(record["split"], record["index"]).question
@@ -116,8 +127,8 @@ def run_batch(engine, cfg: RunConfig, problems: Sequence[Problem], batch_id: int
         rounds[i].append({"k": 0, "source": "generate", "perturbed": False, "plan": outs[i][0],
                           "finish": _finish(gen, i)})
     for k in range(cfg.K_max + 1):
-        jout, votes = verifier.votes(engines["judge"], task, [p.question for p in problems],
-                                     [rounds[i][k]["plan"] for i in range(B)], cfg.M)
+        jout, votes = verifier.votes(engines["judge"], task, problems, [rounds[i][k]["plan"] for i in range(B)],
+                                     cfg.M)
         tokens.add(engines["judge"])
         for i in range(B):
             rounds[i][k]["judge"] = jout[i]
@@ -132,7 +143,8 @@ def run_batch(engine, cfg: RunConfig, problems: Sequence[Problem], batch_id: int
                 convs.append(task.prompts.generator_messages(q))
             else:
                 convs.append(task.prompts.repair_messages(q, task.clip_plan(rounds[i][k]["plan"]),
-                                                          verifier.feedback(jout[i]), cfg.repair_style))
+                                                          repair_feedback(task, verifier, jout[i], rounds[i][k]["plan"], p),
+                                                          cfg.repair_style))
         engine_k = gen if cfg.repair_mode == "resample" else rep  # a fresh sample comes from the generator
         rout = engine_k.chat(convs, temperature=cfg.repair_temperature, max_tokens=cfg.repair_max_tokens, n=1)
         tokens.add(engine_k)
@@ -157,7 +169,7 @@ def run_probe_batch(engine, cfg: RunConfig, problems: Sequence[Problem], batch_i
     outs = engines["generator"].chat([task.prompts.generator_messages(p.question) for p in problems],
                                      temperature=cfg.gen_temperature, max_tokens=cfg.repair_max_tokens, n=1)
     plans = [o[0] for o in outs]
-    jout, votes = verifier.votes(engines["judge"], task, [p.question for p in problems], plans, cfg.probe_votes)
+    jout, votes = verifier.votes(engines["judge"], task, problems, plans, cfg.probe_votes)
     dt = time.time() - t0
     return [{**p.ref, "setting": cfg.setting, "plan": pl, "judge": j, "votes": v, "batch": batch_id,
              "batch_seconds": round(dt, 2), "finished_at": round(time.time(), 1)}
@@ -257,7 +269,7 @@ def measure_judge_styles(engine, cfg: RunConfig, styles: Sequence[str], split: s
         ysub = y[:len(sub)]
         judge = make_verifier("llm_judge", st, JUDGE_MAX_TOKENS[st], cfg.judge_temperature)
         t0 = time.time()
-        jout, _ = judge.votes(engines["judge"], task, [p.question for p, _ in sub], [pl for _, pl in sub], nv)
+        jout, _ = judge.votes(engines["judge"], task, [p for p, _ in sub], [pl for _, pl in sub], nv)
         dt = time.time() - t0
         info = getattr(engines["judge"], "last_info", None) or {}
         parsed = [[judge.parse(t) for t in j] for j in jout]

@@ -11,6 +11,13 @@ the text the repairer receives.
   the key step(s), then ``VERDICT: ACCEPT|REJECT``; ``reason`` a full independent re-solution, then
   ``VERDICT: ...`` (~400 tokens per vote).
 
+* :class:`AssertJudge` (``llm_asserts``, code tasks): each of the M votes is one assert the judge
+  model writes for the task (sampled afresh for every plan and round), executed against the plan's
+  code in the sandbox; the vote accepts when the assert passes.
+* :class:`ShownTestJudge` (``visible_test``, code tasks): the test the prompt shows, executed; a
+  deterministic verifier, so its M votes are identical and its rho0, rho1 come from labeled
+  samples (App. H; the setting must calibrate with ``labeled_mle``).
+
 The verifier's model may differ from the generator's (``models.judge`` in the setting).
 """
 from __future__ import annotations
@@ -18,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from ..settings import JUDGE_STYLES, VERIFIER_KINDS
+from ..settings import DETERMINISTIC_VERIFIERS, JUDGE_STYLES, VERIFIER_KINDS
 
 # default generated-token budgets per judge vote
 JUDGE_MAX_TOKENS = {"verdict": 4, "check": 96, "reason": 512}
@@ -97,10 +104,11 @@ class LLMJudge:
     def feedback(self, outputs: Sequence[str]) -> str:
         return feedback_text(outputs, self.style)
 
-    def votes(self, engine, task, problems: Sequence[str], plans: Sequence[str], M: int
+    def votes(self, engine, task, problems: Sequence, plans: Sequence[str], M: int
               ) -> tuple[list[list[str]], list[list[int]]]:
         """Raw outputs [B][M] and votes [B][M] for plan ``plans[i]`` of problem ``problems[i]``."""
-        convs = [task.prompts.judge_messages(q, task.clip_plan(p), self.style) for q, p in zip(problems, plans)]
+        convs = [task.prompts.judge_messages(p.question, task.clip_plan(plan), self.style)
+                 for p, plan in zip(problems, plans)]
         outs = engine.chat(convs, temperature=self.temperature, max_tokens=self.max_tokens, n=M)
         for o in outs:
             if len(o) != M:
@@ -108,11 +116,111 @@ class LLMJudge:
         return outs, [[vote(t, self.style) for t in o] for o in outs]
 
 
+# Executed votes are stored as "<test>\n# vrr-exec: PASS" or "... FAIL: <reason>", so that relabeling
+# reads the verdict without running anything again.
+_EXEC = re.compile(r"^# vrr-exec: (PASS|FAIL)(?:: (.*))?$", re.M)
+ASSERT_SYSTEM = "You are a careful software tester. You write unit tests for Python functions."
+ASSERT_INSTRUCTION = ("Write ONE new assert statement that a correct solution of this task must pass, on an input "
+                      "of your choice (not the one shown), calling the function by the name the task uses. Reply "
+                      "with the assert statement only, in a ```python code block.")
+_ASSERT_LINE = re.compile(r"^\s*(assert\b.*)$", re.M)
+
+
+def _exec_record(test: str, passed: bool, reason: str = "") -> str:
+    return f"{test}\n# vrr-exec: PASS" if passed else f"{test}\n# vrr-exec: FAIL: {reason[:300]}"
+
+
+def _needs_code_task(task, kind: str):
+    if not hasattr(task, "run_asserts"):
+        raise NotImplementedError(f"verifier kind {kind!r} executes code: task {task.name!r} cannot run tests "
+                                  "(use it with mbpp)")
+
+
+class _Executed:
+    """Shared parts of the executing verifiers: parse a stored verdict, feedback with the failing test."""
+
+    def parse(self, text: str | None) -> int | None:
+        m = _EXEC.search(text or "")
+        return None if m is None else int(m.group(1) == "PASS")
+
+    def feedback(self, outputs: Sequence[str]) -> str:
+        votes = [self.parse(t) == 1 for t in outputs]
+        fb = f"{len(votes) - sum(votes)} of {len(votes)} tests failed."
+        for t, ok in zip(outputs, votes):
+            if not ok and t:
+                test, _, result = t.partition("\n# vrr-exec: ")
+                fb += f"\nA failing test:\n{test.strip()[:600]}\nResult: {result.strip()[:400]}"
+                break
+        return fb
+
+
+class AssertJudge(_Executed):
+    """M judge-written asserts per plan, each executed against the plan in the sandbox."""
+
+    kind = "llm_asserts"
+
+    def __init__(self, max_tokens: int | None = None, temperature: float = 0.7):
+        self.max_tokens = max_tokens or 96
+        self.temperature = temperature
+
+    @staticmethod
+    def messages(problem_text: str) -> list[dict]:
+        return [{"role": "system", "content": ASSERT_SYSTEM},
+                {"role": "user", "content": f"Task:\n{problem_text}\n\n{ASSERT_INSTRUCTION}"}]
+
+    @staticmethod
+    def extract_assert(text: str | None) -> str | None:
+        hits = _ASSERT_LINE.findall(text or "")
+        return hits[0].strip() if hits else None
+
+    def votes(self, engine, task, problems: Sequence, plans: Sequence[str], M: int):
+        _needs_code_task(task, self.kind)
+        outs = engine.chat([self.messages(p.question) for p in problems], temperature=self.temperature,
+                           max_tokens=self.max_tokens, n=M)
+        items, where = [], []
+        records = [[""] * M for _ in problems]
+        for i, (p, plan, o) in enumerate(zip(problems, plans, outs)):
+            if len(o) != M:
+                raise RuntimeError(f"engine returned {len(o)} tests, expected {M}")
+            code = task.extract_answer(plan)
+            for m, text in enumerate(o):
+                test = self.extract_assert(text)
+                if test is None:  # the judge wrote no test: an unparsable vote, counted as a rejection
+                    records[i][m] = _exec_record((text or "").strip()[:300], False, "the judge wrote no assert")
+                else:
+                    items.append((code, p, test))
+                    where.append((i, m, test))
+        for (i, m, test), res in zip(where, task.run_asserts(items) if items else []):
+            records[i][m] = _exec_record(test, res.valid, res.reason)
+        return records, [[int(self.parse(r) == 1) for r in row] for row in records]
+
+
+class ShownTestJudge(_Executed):
+    """The prompt's shown test executed against the plan: deterministic, M identical votes (App. H)."""
+
+    kind = "visible_test"
+
+    def votes(self, engine, task, problems: Sequence, plans: Sequence[str], M: int):
+        _needs_code_task(task, self.kind)
+        items = [(task.extract_answer(plan), p, task.visible_test(p)) for p, plan in zip(problems, plans)]
+        records = [[_exec_record("# the shown test", r.valid, r.reason)] * M for r in task.run_asserts(items)]
+        return records, [[int(self.parse(r) == 1) for r in row] for row in records]
+
+
 def make_verifier(kind: str, style: str = "verdict", max_tokens: int | None = None, temperature: float = 0.7):
     """The verifier plug-in of a setting's ``verifier`` block."""
     if kind == "llm_judge":
         return LLMJudge(style, max_tokens, temperature)
+    if kind == "llm_asserts":
+        return AssertJudge(max_tokens, temperature)
+    if kind == "visible_test":
+        return ShownTestJudge()
     if kind in VERIFIER_KINDS:
         raise NotImplementedError(f"verifier kind {kind!r} is registered in the settings schema but has no "
-                                  "implementation in vrr.loop.verifiers yet (only 'llm_judge')")
+                                  "implementation in vrr.loop.verifiers yet (implemented: llm_judge, llm_asserts, "
+                                  "visible_test)")
     raise ValueError(f"unknown verifier kind {kind!r}; known: {VERIFIER_KINDS}")
+
+
+def is_deterministic(kind: str) -> bool:
+    return kind in DETERMINISTIC_VERIFIERS

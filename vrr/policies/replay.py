@@ -120,11 +120,16 @@ DEFAULT_POLICIES = ("No repair", "Majority stopping", "ConfStop", "Fixed", "Acce
                     TPM, "Hindsight best")
 
 
+def probe_kwargs(setting: Setting, config: ReplayConfig) -> dict:
+    """The probe arrays, when the vote-noise fit runs on the probe (``vote_rounds="probe"``)."""
+    if config.vote_rounds == "probe":
+        return dict(probe_S=setting.probe_S, probe_y=setting.probe_y, probe_M=setting.probe_M)
+    return {}
+
+
 def fit_calibration(setting: Setting, config: ReplayConfig) -> CrossFit:
     """The cross-fitted calibration of a setting under ``config`` (Sec. 4.2, App. B)."""
-    probe = {}
-    if config.vote_rounds == "probe":
-        probe = dict(probe_S=setting.probe_S, probe_y=setting.probe_y, probe_M=setting.probe_M)
+    probe = probe_kwargs(setting, config)
     return crossfit(setting.S, setting.y, setting.M, method=config.method, n_folds=config.n_folds, seed=config.seed,
                     vote_rounds=config.vote_rounds, n_calib=config.n_calib, max_pairs=config.max_pairs,
                     options=config.estimator, **probe)
@@ -169,7 +174,10 @@ def replay(setting: Setting, config: ReplayConfig = ReplayConfig(),
         elif name == "VRR-Guard":
             out[name] = P.vrr_guard(S, config.delta)
         elif name == "Algorithm 1":
-            _, radius = error_radius(S, M, est, crossfit_intervals(cf, config.eta))
+            intervals = crossfit_intervals(cf, config.eta, S=S, y=y, M=M, seed=config.seed, method=config.method,
+                                           vote_rounds=config.vote_rounds, max_pairs=config.max_pairs,
+                                           options=config.estimator, **probe_kwargs(setting, config))
+            _, radius = error_radius(S, M, est, intervals)
             stop_mode, diags = _j_stop_mode(setting, cf.folds, config)
             extras["j_diagnostic_per_fold"] = diags
             extras["error_radius_mean"] = float(radius.mean())

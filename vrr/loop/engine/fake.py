@@ -6,7 +6,8 @@ It answers the same ``chat(conversations, temperature, max_tokens, n)`` calls as
 * generator: a correct plan for problems with an even index, a wrong one for odd indices;
 * judge: on a correct plan, votes m = 0, 2, 4, ... accept; on a wrong plan, m = 0, 4, 8, ...
   accept (so the judge discriminates, J = 0.25);
-* repairer: flips the plan's correctness.
+* repairer: flips the plan's correctness;
+* test writer (the ``llm_asserts`` verifier): the task's shown test, for every vote.
 
 Plans are written by ``task.synthetic_plan``; the problem is found by its text in the
 conversation. ``fail_after=k`` raises ``KeyboardInterrupt`` on call k + 1 (a kill mid-run).
@@ -26,6 +27,7 @@ import time
 from typing import Sequence
 
 from ..prompts import plan_of, problem_of
+from ..verifiers import ASSERT_SYSTEM
 
 
 class FakeEngine:
@@ -66,6 +68,11 @@ class FakeEngine:
         self.calls.append({"n": n, "B": len(conversations), "temperature": temperature, "max_tokens": max_tokens})
         outs = []
         for conv in conversations:
+            if conv[0]["content"] == ASSERT_SYSTEM:
+                problem = self._lookup(conv[-1]["content"].split("Task:\n", 1)[-1].rsplit("\n\n", 1)[0])
+                test = self.task.visible_test(problem) if problem is not None else "assert False"
+                outs.append([f"```python\n{test}\n```"] * n)
+                continue
             problem = self._lookup(problem_of(conv))
             role = self.task.prompts.role_of(conv)
             if role == "judge":

@@ -48,6 +48,12 @@ class Task:
     prompts = None  # a vrr.loop.prompts.PromptSet
     label_rule: str = ""  # one line, stored in the arrays' meta
     splits: tuple = ()    # the splits ``load`` accepts
+    dataset: str = ""     # how stored records name the benchmark (``Problem.ref``); default: ``name``
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if not cls.__dict__.get("dataset"):
+            cls.dataset = cls.__dict__.get("name", cls.dataset)
 
     def load(self, split: str) -> list[Problem]:
         raise NotImplementedError

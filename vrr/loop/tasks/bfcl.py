@@ -486,6 +486,7 @@ class BFCLSimple(Task):
     """BFCL simple (one call) as a task plug-in: the official bfcl-eval AST checker decides validity (App. B)."""
 
     name = "bfcl_single"
+    dataset = "bfcl"
     splits = ("python", "java", "javascript", "test")
     prompts = PROMPTS
     label_rule = f"bfcl_single official bfcl-eval=={BFCL_EVAL_VERSION} AST checker (simple) vs original problem"

@@ -35,7 +35,8 @@ import os
 import re
 import secrets
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from pathlib import Path
 
 from ...common.paths import shared_data_dirs
@@ -425,6 +426,25 @@ class MBPP(Task):
         for repair feedback; ``""`` when all tests pass. Never includes a test's source."""
         res = self.check(answer, problem)
         return "" if res.valid else res.reason
+
+    def run_asserts(self, items: list[tuple[object, Problem, str]]) -> list[CheckResult]:
+        """Run each code answer against ONE given assert (after the problem's test imports) in the
+        sandbox: what the execution verifiers vote with. The assert is the verifier's, never a hidden test."""
+        pairs = [(code, SimpleNamespace(answer=replace(problem.answer, tests=(test,))))
+                 for code, problem, test in items]
+        return check_many(pairs, parallel=self.parallel)
+
+    def visible_test(self, problem: Problem) -> str:
+        """The one test the prompt shows (the others stay hidden: they are the label)."""
+        return problem.answer.tests[0]
+
+    def repair_feedback(self, answer, problem: Problem) -> str:
+        """Self-debug feedback for the repairer: the shown test's error, if it fails. Only the test the
+        prompt already shows is run, so the hidden tests (the label) never leak into the loop."""
+        if answer is None:
+            return "The response contains no ```python code block."
+        res = self.run_asserts([(answer, problem, self.visible_test(problem))])[0]
+        return "" if res.valid else f"Running the shown test: {res.reason.replace('test 1 of 1', 'the test')}"
 
     def label_rounds(self, items: list[tuple[dict, Problem]]) -> list[int]:
         """Labels of many stored plans in one sandbox batch (``parallel`` at a time, each distinct
