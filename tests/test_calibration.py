@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from vrr.calibration import (beta_binomial_em, binomial_mixture_em, calibrate, crossfit, crossfit_folds, defined_rate,
+from vrr.calibration import (beta_binomial_em, binomial_mixture_em, binomial_mixture_em_many, calibrate, crossfit, crossfit_folds, defined_rate,
                              fit_vote_noise, labeled_mle, method_of_moments, mixture_loglik, transition_rates)
 from vrr.policies import vrr_stop
 from vrr.core.model import NoiseParams
@@ -218,3 +218,12 @@ def test_labeled_mle_with_a_missing_class_is_recorded_not_silent():
     y = np.ones((40, 2), dtype=int)
     cal = calibrate(np.full((40, 2), 7), y, 8, method="labeled_mle")
     assert cal.rules["rho0"] == "jeffreys" and cal.params.rho0 == 0.5 and cal.rules["rho1"] == "fit"
+
+
+def test_batched_em_equals_one_fit_at_a_time():
+    samples = [draw_votes(200, 8, 0.7, 0.25, 0.15, s)[0] for s in range(6)]
+    hists = np.stack([np.bincount(S, minlength=9) for S in samples])
+    rho0, rho1, w = binomial_mixture_em_many(hists, 8, seed=3)
+    for i, S in enumerate(samples):
+        one = binomial_mixture_em(S, 8, seed=3)
+        assert (rho0[i], rho1[i], w[i]) == pytest.approx((one.rho0, one.rho1, one.weight_valid), abs=1e-12)

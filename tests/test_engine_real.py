@@ -87,3 +87,57 @@ def test_killing_a_real_run_leaves_no_engine_process(tmp_path, sig):
     proc.wait(timeout=60)
     assert_no_survivor(mark, within=30)
     assert n_before >= 3
+
+
+def _independent_labels(task_name, records):
+    """The official checker called directly on the stored answers (not through vrr.label)."""
+    from vrr.loop.tasks import get_task
+
+    task = get_task(task_name)
+    rounds = [(rd, task.problem(r["split"], r["index"])) for r in records for rd in r["rounds"]]
+    if task_name == "math500":
+        from math_verify import parse, verify
+
+        out = []
+        for rd, p in rounds:
+            a = rd["answer"]
+            out.append(int(isinstance(a, str) and bool(verify(parse("$" + p.gold + "$"), parse("\\boxed{" + a + "}")))))
+        return out
+    if task_name == "mbpp":   # the unit tests, run in a plain subprocess (never in this process)
+        out = []
+        for rd, p in rounds:
+            if rd["answer"] is None:
+                out.append(0)
+                continue
+            prog = "\n".join([*p.answer.imports, rd["answer"], *p.answer.tests, "print('ALL-PASSED')"])
+            try:
+                run = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=5,
+                                     cwd="/tmp", env={"PATH": "/usr/bin:/bin"})
+                out.append(int(run.returncode == 0 and "ALL-PASSED" in run.stdout))
+            except subprocess.TimeoutExpired:
+                out.append(0)
+        return out
+    from vrr.loop.tasks.bfcl import check_calls  # the bfcl-eval AST checker in its venv
+
+    return [int(v["valid"]) for v in check_calls([(rd["answer"], p) for rd, p in rounds])]
+
+
+@pytest.mark.parametrize("task, split", [("math500", "test"), ("mbpp", "test"), ("bfcl_single", "python")])
+def test_real_engine_generate_label_each_task(tmp_path, task, split):
+    """SmolLM2 through generate -> label on 2 problems x 1 repair round; the stored labels agree with the
+    task's official checker run independently on the stored answers."""
+    _require_engine()
+    from vrr.data import load_setting
+
+    cmd = [sys.executable, "-m", "vrr", "generate", "gsm8k_cpu_favorable", "--run-name", task,
+           "--model", "smollm2-135m", "--verifier", "smollm2-135m", "--n", "2", "--probe-n", "0",
+           "--set", f"task={task}", "--set", f"window.split={split}", "--set", "K_max=1", "--set", "M=2",
+           "--set", "max_tokens.generate=128", "--set", "max_tokens.repair=128", "--set", "max_tokens.context=2048",
+           "--no-progress", "--out-root", str(tmp_path)]
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    st = load_setting(tmp_path / task / "arrays.npz")
+    assert st.S.shape == (2, 2) and st.meta["task"] == task
+    records = [json.loads(line) for line in gzip.open(tmp_path / task / "trajectories.jsonl.gz", "rt")]
+    assert _independent_labels(task, records) == st.y.ravel().tolist()

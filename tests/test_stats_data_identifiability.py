@@ -6,7 +6,7 @@ import pytest
 
 from vrr.calibration import calibrate
 from vrr.data import DataContractError, Setting, load_setting, save_setting
-from vrr.calibration.identifiability import (error_radius, flip_risk_grid, labeled_j_diagnostic, parameter_intervals,
+from vrr.calibration.identifiability import (bootstrap_intervals, error_radius, flip_risk_grid, labeled_j_diagnostic, parameter_intervals,
                                  sign_identifiable)
 from vrr.core.model import NoiseParams
 from vrr.data.simulate import simulate_setting
@@ -206,3 +206,27 @@ def test_flip_risk_concentrates_at_low_j_and_low_margin():
     assert corner_rate > 0.15
     assert corner_rate > 4 * safe_rate
     assert grid.decisions.sum() > 1000
+
+
+def test_bootstrap_box_covers_the_truth_at_moderate_j():
+    """Prop. 1 presupposes a box that holds the true parameters with probability >= 1 - eta."""
+    truth = NoiseParams(0.36, 0.18, 0.3, 0.3, 0.6)   # J = 0.46
+    hits = 0
+    for rep in range(20):
+        s = simulate_setting(truth, n=300, k_max=1, seed=500 + rep)
+        box = bootstrap_intervals(s.S, s.y, 8, eta=0.05, n_boot=150, seed=rep)
+        hits += all(box[k][0] <= getattr(truth, k) <= box[k][1] for k in truth.as_dict())
+    assert hits >= 17
+
+
+def test_interior_search_finds_what_the_corners_miss():
+    """G is not monotone in the parameters: on a bootstrap box the grid radius exceeds the corners-only one."""
+    truth = NoiseParams(0.62, 0.18, 0.3, 0.3, 0.6)   # J = 0.2
+    calib = simulate_setting(truth, n=100, k_max=1, seed=1)
+    box = bootstrap_intervals(calib.S, calib.y, 8, n_boot=100, seed=1)
+    s = simulate_setting(truth, n=200, k_max=5, seed=51)
+    point = {k: (lo + hi) / 2 for k, (lo, hi) in box.items()}
+    _, corners = error_radius(s.S, 8, point, box, grid=2)
+    _, full = error_radius(s.S, 8, point, box, grid=5)
+    assert (full >= corners - 1e-12).all()
+    assert (full - corners).max() > 0.005

@@ -88,3 +88,11 @@ def test_code_repair_feedback_carries_the_failing_shown_test(tmp_path):
 def test_an_execution_verifier_needs_a_code_task(tmp_path):
     with pytest.raises(NotImplementedError, match="cannot run tests"):
         run_fake(tmp_path, "gsm8k", verifier="llm_asserts")
+
+
+def test_math500_with_the_process_reward_model_verifier(tmp_path):
+    """The PRM verifier is deterministic: M identical votes, calibrated on labels (App. H)."""
+    _, paths, st = run_fake(tmp_path, "math500", verifier="prm", **{"calibration.method": "labeled_mle"})
+    assert (st.S[st.y == 1] == 4).all() and (st.S[st.y == 0] == 0).all()
+    judge = stored_rounds(paths)[0]["rounds"][0]["judge"]
+    assert len(set(judge)) == 1 and "# vrr-prm: weakest step" in judge[0]

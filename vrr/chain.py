@@ -326,6 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     g.add_argument("--no-progress", action="store_true")
     r = sub.add_parser("resolve", help="print the resolved setting and run config (no engine)")
     setting_args(r)
+    r.add_argument("--calls", action="store_true",
+                   help="also print the engine requests of one problem (models, sampling, prompts): a dry run")
     lab = sub.add_parser("label", help="relabel stored runs: data/real/<setting> [...]")
     lab.add_argument("run_dirs", nargs="+")
     j = sub.add_parser("measure-judge-styles", help="J of each judge style on the same plans (no generation)")
@@ -361,6 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = {"setting": shown}
         if cfg["kind"] == "real":
             out["run_config"] = run_config(cfg, setting=name).to_json()
+            if a.calls:
+                out["engine_calls"] = runner.dry_run(run_config(cfg, setting=name))
         print(json.dumps(out, indent=1))
         return 0
     rc = run_config(cfg, setting=name)

@@ -10,6 +10,7 @@ from .estimators import (  # noqa: F401
     Calibration,
     mixture_loglik,
     binomial_mixture_em,
+    binomial_mixture_em_many,
     method_of_moments,
     labeled_mle,
     beta_binomial_em,

@@ -133,15 +133,17 @@ def _hist_loglik(hist: np.ndarray, M: int, weight_valid: float, rho1: float, rho
     return float(np.sum(hist[mask] * ll[mask]))
 
 
-def _em_restarts(hist: np.ndarray, M: int, w, p1, p0, tol: float, max_iter: int):
-    """EM iterations for all restarts at once (arrays of shape [R]); returns per-restart
-    (w, p1, p0, loglik, n_iter, converged)."""
+def _em_restarts(hists: np.ndarray, M: int, w, p1, p0, tol: float, max_iter: int):
+    """EM iterations for many histograms and restarts at once.
+
+    ``hists`` is [H, M+1] (vote-count histograms); ``w, p1, p0`` are [H, R] starting values. Every
+    (histogram, restart) chain runs until its log-likelihood gains less than ``tol``. Returns
+    per-chain (w, p1, p0, loglik, n_iter, converged), each [H, R].
+    """
     s = np.arange(M + 1, dtype=float)
     log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
-    mask = hist > 0
-    h = hist[mask]
-    sm = s[mask]
-    total = hist.sum()
+    h = np.asarray(hists, dtype=float)[:, None, :]            # [H, 1, M+1]
+    total = h.sum(axis=-1)                                    # [H, 1]
     eps = 1e-12
     w, p1, p0 = (np.asarray(a, dtype=float).copy() for a in (w, p1, p0))
     prev = np.full(w.shape, -np.inf)
@@ -149,18 +151,19 @@ def _em_restarts(hist: np.ndarray, M: int, w, p1, p0, tol: float, max_iter: int)
     active = np.ones(w.shape, dtype=bool)
     n_iter = np.zeros(w.shape, dtype=np.int64)
     for it in range(1, max_iter + 1):
-        # E-step: responsibility of the valid component for each observed count value.
-        lv = np.log(w)[:, None] + log_comb[mask] + sm * np.log(p1)[:, None] + (M - sm) * np.log1p(-p1)[:, None]
-        li = np.log1p(-w)[:, None] + log_comb[mask] + sm * np.log(p0)[:, None] + (M - sm) * np.log1p(-p0)[:, None]
+        # E-step: responsibility of the valid component for each count value.
+        lv = np.log(w)[..., None] + log_comb + s * np.log(p1)[..., None] + (M - s) * np.log1p(-p1)[..., None]
+        li = np.log1p(-w)[..., None] + log_comb + s * np.log(p0)[..., None] + (M - s) * np.log1p(-p0)[..., None]
         norm = np.logaddexp(lv, li)
         resp = np.exp(lv - norm)
-        ll_new = norm @ h
+        ll_new = (norm * h).sum(axis=-1)
         # M-step: responsibility-weighted frequencies.
-        nv = resp @ h
+        nv = (resp * h).sum(axis=-1)
         ni = total - nv
         w_new = np.clip(nv / total, eps, 1 - eps)
-        p1_new = np.clip(np.where(nv > eps, (resp * sm) @ h / (M * np.maximum(nv, eps)), p1), eps, 1 - eps)
-        p0_new = np.clip(np.where(ni > eps, ((1 - resp) * sm) @ h / (M * np.maximum(ni, eps)), p0), eps, 1 - eps)
+        p1_new = np.clip(np.where(nv > eps, (resp * s * h).sum(axis=-1) / (M * np.maximum(nv, eps)), p1), eps, 1 - eps)
+        p0_new = np.clip(np.where(ni > eps, ((1 - resp) * s * h).sum(axis=-1) / (M * np.maximum(ni, eps)), p0),
+                         eps, 1 - eps)
         ll = np.where(active, ll_new, ll)
         n_iter = np.where(active, it, n_iter)
         done = active & (ll_new - prev < tol)
@@ -170,6 +173,41 @@ def _em_restarts(hist: np.ndarray, M: int, w, p1, p0, tol: float, max_iter: int)
         if not active.any():
             break
     return w, p1, p0, ll, n_iter, ~active
+
+
+def _em_starts(rng, n_restarts: int) -> np.ndarray:
+    return rng.uniform([0.1, 0.05, 0.05], [0.9, 0.95, 0.95], size=(n_restarts, 3))
+
+
+def _hists_loglik(hists: np.ndarray, M: int, w, p1, p0) -> np.ndarray:
+    """Log-likelihood of each histogram [H, M+1] under the mixtures (w, p1, p0), each [H, R]."""
+    s = np.arange(M + 1, dtype=float)
+    log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
+    with np.errstate(divide="ignore"):
+        lv = np.log(w)[..., None] + log_comb + special.xlogy(s, p1[..., None]) + special.xlogy(M - s, 1 - p1[..., None])
+        li = np.log1p(-w)[..., None] + log_comb + special.xlogy(s, p0[..., None]) + special.xlogy(M - s, 1 - p0[..., None])
+    ll = np.logaddexp(lv, li)
+    h = np.asarray(hists, dtype=float)[:, None, :]
+    return np.where(h > 0, h * ll, 0.0).sum(axis=-1)
+
+
+def binomial_mixture_em_many(hists: np.ndarray, M: int, n_restarts: int = 10, seed: int = 0,
+                             tol: float = 1e-10, max_iter: int = 2000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`binomial_mixture_em` on many vote histograms [H, M+1] at once (the bootstrap of
+    ``vrr.calibration.identifiability``): returns (rho0, rho1, weight_valid), each [H]. Every
+    histogram gets the same seeded starts."""
+    _require_votes("binomial_em", M)
+    hists = np.atleast_2d(np.asarray(hists, dtype=float))
+    starts = _em_starts(np.random.default_rng(seed), n_restarts)
+    H = hists.shape[0]
+    ws, p1s, p0s, _, _, _ = _em_restarts(hists, M, np.tile(starts[:, 0], (H, 1)), np.tile(starts[:, 1], (H, 1)),
+                                         np.tile(starts[:, 2], (H, 1)), tol, max_iter)
+    best = np.argmax(_hists_loglik(hists, M, ws, p1s, p0s), axis=1)
+    rows = np.arange(H)
+    w, p1, p0 = ws[rows, best], p1s[rows, best], p0s[rows, best]
+    swap = p0 > p1                                            # label convention: valid accepts more
+    w, p1, p0 = np.where(swap, 1 - w, w), np.where(swap, p0, p1), np.where(swap, p1, p0)
+    return p0, 1 - p1, w
 
 
 def binomial_mixture_em(S, M: int, n_restarts: int = 10, seed: int = 0,
@@ -185,9 +223,9 @@ def binomial_mixture_em(S, M: int, n_restarts: int = 10, seed: int = 0,
     hist = _histogram(S, M)
     if hist.sum() == 0:
         raise ValueError("binomial_mixture_em: empty sample")
-    rng = np.random.default_rng(seed)
-    starts = rng.uniform([0.1, 0.05, 0.05], [0.9, 0.95, 0.95], size=(n_restarts, 3))
-    ws, p1s, p0s, _, iters, conv = _em_restarts(hist, M, starts[:, 0], starts[:, 1], starts[:, 2], tol, max_iter)
+    starts = _em_starts(np.random.default_rng(seed), n_restarts)
+    ws, p1s, p0s, _, iters, conv = (a[0] for a in _em_restarts(hist[None], M, starts[None, :, 0], starts[None, :, 1],
+                                                                 starts[None, :, 2], tol, max_iter))
     # Rank restarts by the log-likelihood of their final parameters (a restart stopped at
     # max_iter has moved past the value it last evaluated).
     lls = np.array([_hist_loglik(hist, M, w_, 1 - p1_, p0_) for w_, p1_, p0_ in zip(ws, p1s, p0s)])
@@ -361,7 +399,7 @@ def transition_rates(y_before, y_after, max_pairs: int | None = MAX_TRANSITION_P
 def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
               vote_rounds: str = "first", probe_S=None, probe_y=None, probe_M: int | None = None,
               max_pairs: int | None = MAX_TRANSITION_PAIRS,
-              options: EstimatorOptions = EstimatorOptions()) -> Calibration:
+              options: EstimatorOptions = EstimatorOptions(), votes: VoteNoiseFit | None = None) -> Calibration:
     """Fit (rho0, rho1, alpha, beta, pi) on one calibration sample (Sec. 4.2, App. A/B).
 
     ``S``, ``y``: [n, K+1] arrays of the calibration instances. Vote noise comes from the
@@ -381,7 +419,8 @@ def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
         vS, vy, vM = np.asarray(probe_S), probe_y, int(probe_M)
     else:
         raise ValueError(f"vote_rounds must be 'first', 'all' or 'probe', got {vote_rounds!r}")
-    votes = fit_vote_noise(method, vS, vM, y=vy, seed=seed, options=options)
+    if votes is None:  # (a bootstrap passes the vote-noise fits it computed for many samples at once)
+        votes = fit_vote_noise(method, vS, vM, y=vy, seed=seed, options=options)
     if S.shape[1] < 2:
         raise ValueError("calibrate: need at least one repair round to estimate alpha, beta")
     trans = transition_rates(y[:, 0], y[:, 1], max_pairs=max_pairs, seed=seed)

@@ -50,9 +50,11 @@ def make_engines(cfg: RunConfig, task: Task, **engine_kwargs) -> dict[str, ChatE
     from .engine import make_engine
 
     by_model: dict[str, ChatEngine] = {}
+    reward_models = {cfg.judge_model} if cfg.verifier == "prm" else set()
     for model in dict.fromkeys(role_models(cfg).values()):
+        extra = {"reward_model": True} if model in reward_models and cfg.backend != "fake" else {}
         by_model[model] = make_engine(model, backend=cfg.backend, seed=cfg.seed, max_model_len=cfg.max_model_len,
-                                      task=task, **engine_kwargs)
+                                      task=task, **extra, **engine_kwargs)
     return {role: by_model[m] for role, m in role_models(cfg).items()}
 
 
@@ -286,3 +288,23 @@ def measure_judge_styles(engine, cfg: RunConfig, styles: Sequence[str], split: s
         if out_path:
             store.write_record_json(Path(out_path), res)
     return res
+
+
+def dry_run(cfg: RunConfig, n_problems: int = 1, task: Task | None = None) -> list[dict]:
+    """The engine requests a run of ``cfg`` would make for its first ``n_problems`` problems (all
+    rounds, plus one probe batch), with their models, sampling parameters and conversations,
+    answered by a recording fake engine: nothing is loaded. What ``python -m vrr resolve --calls`` prints."""
+    from .engine.fake import RecordingEngine
+
+    task = task or get_task(cfg.dataset)
+    by_model = {m: RecordingEngine(task, model=m) for m in dict.fromkeys(role_models(cfg).values())}
+    engines = {role: by_model[m] for role, m in role_models(cfg).items()}
+    window = task.load(cfg.split)[cfg.start:cfg.start + n_problems]
+    run_batch(engines, cfg, window, task=task)
+    if cfg.probe_n > 0 and cfg.probe_split and not cfg.probe_from:
+        run_probe_batch(engines, cfg, task.load(cfg.probe_split)[cfg.probe_start:cfg.probe_start + n_problems],
+                        task=task)
+    calls = []
+    for engine in by_model.values():
+        calls += engine.requests
+    return calls

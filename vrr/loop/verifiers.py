@@ -14,6 +14,9 @@ the text the repairer receives.
 * :class:`AssertJudge` (``llm_asserts``, code tasks): each of the M votes is one assert the judge
   model writes for the task (sampled afresh for every plan and round), executed against the plan's
   code in the sandbox; the vote accepts when the assert passes.
+* :class:`PRMJudge` (``prm``): a process reward model (the paper's Qwen2.5-Math-PRM-7B on MATH-500)
+  scores every step of the plan; the plan is accepted when its weakest step scores >= 0.5. Its M
+  votes are identical (App. H), so it is calibrated on labels.
 * :class:`ShownTestJudge` (``visible_test``, code tasks): the test the prompt shows, executed; a
   deterministic verifier, so its M votes are identical and its rho0, rho1 come from labeled
   samples (App. H; the setting must calibrate with ``labeled_mle``).
@@ -207,6 +210,52 @@ class ShownTestJudge(_Executed):
         return records, [[int(self.parse(r) == 1) for r in row] for row in records]
 
 
+PRM_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
+PRM_STEP = "<extra_0>"   # Qwen2.5-Math-PRM: the reward is read at this token after every step
+_PRM = re.compile(r"^# vrr-prm: weakest step ([0-9.]+) of (\d+) steps: (ACCEPT|REJECT)$", re.M)
+
+
+class PRMJudge:
+    """A process reward model as the verifier (App. B, MATH-500): deterministic, M identical votes.
+
+    The plan is split into steps at blank lines (the Qwen2.5-Math-PRM recipe), ``<extra_0>`` follows
+    every step, and the engine's ``reward`` returns the positive-class probability at each of them.
+    """
+
+    kind = "prm"
+
+    def __init__(self, threshold: float = 0.5):
+        self.threshold = threshold
+
+    @staticmethod
+    def messages(problem_text: str, plan: str) -> list[dict]:
+        steps = [s.strip() for s in plan.split("\n\n") if s.strip()] or [plan.strip() or "(empty)"]
+        return [{"role": "system", "content": PRM_SYSTEM}, {"role": "user", "content": problem_text},
+                {"role": "assistant", "content": PRM_STEP.join(steps) + PRM_STEP}]
+
+    def parse(self, text: str | None) -> int | None:
+        m = _PRM.search(text or "")
+        return None if m is None else int(m.group(3) == "ACCEPT")
+
+    def feedback(self, outputs: Sequence[str]) -> str:
+        m = _PRM.search(outputs[0] if outputs else "")
+        if m is None or m.group(3) == "ACCEPT":
+            return "The verifier accepted every step of the solution."
+        return f"The verifier found a weak step (score {m.group(1)}); check the solution step by step."
+
+    def votes(self, engine, task, problems: Sequence, plans: Sequence[str], M: int):
+        if not hasattr(engine, "reward"):
+            raise NotImplementedError("verifier kind 'prm' needs an engine with reward(): build the judge engine "
+                                      "as a reward model (make_engine(..., reward_model=True))")
+        scores = engine.reward([self.messages(p.question, task.clip_plan(plan)) for p, plan in zip(problems, plans)])
+        records = []
+        for s in scores:
+            weakest = min(s) if len(s) else 0.0
+            verdict = "ACCEPT" if weakest >= self.threshold else "REJECT"
+            records.append([f"# vrr-prm: weakest step {weakest:.4f} of {len(s)} steps: {verdict}"] * M)
+        return records, [[int(self.parse(r) == 1) for r in row] for row in records]
+
+
 def make_verifier(kind: str, style: str = "verdict", max_tokens: int | None = None, temperature: float = 0.7):
     """The verifier plug-in of a setting's ``verifier`` block."""
     if kind == "llm_judge":
@@ -215,10 +264,12 @@ def make_verifier(kind: str, style: str = "verdict", max_tokens: int | None = No
         return AssertJudge(max_tokens, temperature)
     if kind == "visible_test":
         return ShownTestJudge()
+    if kind == "prm":
+        return PRMJudge()
     if kind in VERIFIER_KINDS:
         raise NotImplementedError(f"verifier kind {kind!r} is registered in the settings schema but has no "
                                   "implementation in vrr.loop.verifiers yet (implemented: llm_judge, llm_asserts, "
-                                  "visible_test)")
+                                  "visible_test, prm)")
     raise ValueError(f"unknown verifier kind {kind!r}; known: {VERIFIER_KINDS}")
 
 

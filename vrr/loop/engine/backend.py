@@ -94,7 +94,7 @@ class VLLMEngine:
 
     def __init__(self, model: str, backend: str = "auto", seed: int = 0, max_model_len: int = 4096,
                  enforce_eager: bool | None = None, dtype: str | None = None,
-                 gpu_memory_utilization: float = 0.85, **llm_kwargs):
+                 gpu_memory_utilization: float = 0.85, reward_model: bool = False, **llm_kwargs):
         from .models import resolve_model
 
         self.backend = resolve_backend(backend)
@@ -122,7 +122,13 @@ class VLLMEngine:
             kw["gpu_memory_utilization"] = gpu_memory_utilization
         kw.update(llm_kwargs)
         t0 = time.time()
-        self.llm = LLM(**kw)
+        if reward_model:  # a process reward model is served by vLLM's pooling runner
+            try:
+                self.llm = LLM(runner="pooling", **kw)
+            except TypeError:  # vLLM before the runner argument
+                self.llm = LLM(task="reward", **kw)
+        else:
+            self.llm = LLM(**kw)
         self.load_seconds = time.time() - t0
         self.seed = seed
         self.config = {k: v for k, v in kw.items() if k != "model"}
@@ -157,6 +163,20 @@ class VLLMEngine:
         self.stats["generated_tokens"] += gtok
         self.stats["seconds"] += dt
         return texts
+
+    def reward(self, conversations: Sequence[Conversation]) -> list[list[float]]:
+        """Per-step positive-class probabilities of a process reward model (``reward_model=True``):
+        one list per conversation, one value per ``<extra_0>`` step token (Qwen2.5-Math-PRM)."""
+        tokenizer = self.llm.get_tokenizer()
+        prompts = [tokenizer.apply_chat_template(list(c), tokenize=False) for c in conversations]
+        outs = self.llm.reward(prompts) if hasattr(self.llm, "reward") else self.llm.encode(prompts)
+        scores = []
+        for o in outs:
+            data = o.outputs.data
+            data = data.float().cpu().numpy() if hasattr(data, "cpu") else data
+            rows = [list(r) for r in data] if len(getattr(data, "shape", ())) == 2 else [[0.0, float(x)] for x in data]
+            scores.append([float(r[-1]) for r in rows])
+        return scores
 
     def describe(self) -> dict:
         """JSON-serialisable description for run metadata."""

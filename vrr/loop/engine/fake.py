@@ -93,6 +93,21 @@ class FakeEngine:
         self.stats["generated_tokens"] += generated
         return outs
 
+    def reward(self, conversations) -> list[list[float]]:
+        """A process reward model's step scores: 0.9 for every step of a correct plan, 0.2 for the
+        last step of a wrong one."""
+        out = []
+        for conv in conversations:
+            problem = self._lookup(conv[1]["content"])
+            steps = conv[-1]["content"].split("<extra_0>")[:-1]
+            plan = "\n\n".join(steps)
+            scores = [0.9] * max(1, len(steps))
+            if not self._correct(plan, problem):
+                scores[-1] = 0.2
+            out.append(scores)
+        self.calls.append({"n": 1, "B": len(conversations), "temperature": None, "max_tokens": None, "reward": True})
+        return out
+
     def _plan(self, problem, correct: bool) -> str:
         if problem is None:
             return "I could not find the problem. The answer is 0."
@@ -101,3 +116,21 @@ class FakeEngine:
     def describe(self) -> dict:
         return {"backend": "fake", "model": self.model, "seed": self.seed, "load_seconds": 0.0,
                 "engine_config": {}, "versions": {}}
+
+
+class RecordingEngine(FakeEngine):
+    """A fake engine that also records every request: the model it was meant for, the sampling
+    parameters and the conversations (``python -m vrr resolve --calls``: a dry run of a setting)."""
+
+    def __init__(self, task, model: str = "fake", **kwargs):
+        super().__init__(task, model=model, **kwargs)
+        self.requests: list[dict] = []
+
+    def chat(self, conversations, temperature: float, max_tokens: int, n: int = 1, **kw) -> list[list[str]]:
+        self.requests.append({"model": self.model, "n": n, "temperature": temperature, "max_tokens": max_tokens,
+                              "conversations": [list(c) for c in conversations]})
+        return super().chat(conversations, temperature, max_tokens, n, **kw)
+
+    def reward(self, conversations) -> list[list[float]]:
+        self.requests.append({"model": self.model, "reward": True, "conversations": [list(c) for c in conversations]})
+        return super().reward(conversations)
