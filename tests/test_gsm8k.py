@@ -86,7 +86,7 @@ def test_prompts_are_byte_identical_to_the_committed_runs():
 
     from vrr.loop import verifiers
     from vrr.loop.tasks import get_task
-    from vrr.settings import JUDGE_STYLES, REPAIR_STYLES
+    from vrr.settings import JUDGE_STYLES
 
     task = get_task("gsm8k")
     h = hashlib.sha256()
@@ -95,7 +95,7 @@ def test_prompts_are_byte_identical_to_the_committed_runs():
         plan = "Step 1. 3 + 4 = 7.\nThe answer is 7."
         convs = [task.prompts.generator_messages(q)]
         convs += [task.prompts.judge_messages(q, plan, st) for st in JUDGE_STYLES]
-        for rs in REPAIR_STYLES:
+        for rs in ("self-refine", "reflexion"):  # the styles of the committed runs
             for st in JUDGE_STYLES:
                 fb = verifiers.feedback_text(["REJECT because wrong", "ACCEPT", "VERDICT: REJECT"], st)
                 convs.append(task.prompts.repair_messages(q, plan, fb, rs))

@@ -96,3 +96,22 @@ def test_math500_with_the_process_reward_model_verifier(tmp_path):
     assert (st.S[st.y == 1] == 4).all() and (st.S[st.y == 0] == 0).all()
     judge = stored_rounds(paths)[0]["rounds"][0]["judge"]
     assert len(set(judge)) == 1 and "# vrr-prm: weakest step" in judge[0]
+
+
+def test_gsm8k_with_the_re_solving_verifier(tmp_path):
+    """Each vote is the judge's own solution: it agrees with a correct plan when the judge solves it."""
+    _, paths, st = run_fake(tmp_path, "gsm8k", verifier="llm_resolve")
+    # the fake solves even indices correctly: there a correct plan gets 4 agreeing votes, a wrong one 0
+    even = np.arange(4) % 2 == 0
+    assert (st.S[even][st.y[even] == 1] == 4).all() and (st.S[even][st.y[even] == 0] == 0).all()
+    judge = stored_rounds(paths)[0]["rounds"][0]["judge"]
+    assert all("# vrr-resolve: AGREE" in j for j in judge)
+
+
+def test_re_solve_repair_does_not_show_the_earlier_attempt():
+    from vrr.loop.tasks import get_task
+
+    P = get_task("mbpp").prompts
+    conv = P.repair_messages("Write f.", "def f(): return 1", "1 of 2 tests failed.", "re-solve")
+    assert "def f(): return 1" not in conv[-1]["content"] and "1 of 2 tests failed." in conv[-1]["content"]
+    assert P.role_of(conv) == "repairer"

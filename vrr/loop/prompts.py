@@ -8,7 +8,8 @@ of every conversation is built here, the same for every task:
   system prompt (styles in ``vrr.settings.JUDGE_STYLES``);
 * repairer: the judge's prefix plus ``Reviewer feedback:`` and the repair instruction of the
   style (``self-refine``: feedback -> revised full solution, Madaan et al. 2023; ``reflexion``: a
-  short reflection, then a new solution, Shinn et al. 2023).
+  short reflection, then a new solution, Shinn et al. 2023; ``re-solve``: the earlier attempt is not
+  shown, only the feedback on it, and the repairer solves the problem afresh).
 
 The repairer shares the judge's system prompt and the ``Problem ... Proposed solution ...`` prefix,
 so vLLM's prefix cache reuses the judge prefill of (problem, plan) for the repair call of the same
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 from ..settings import JUDGE_STYLES, REPAIR_STYLES
 
 REPAIR_MARKER = "Reviewer feedback:"
+RESOLVE_INSTRUCTION = ("You are now the solver. An earlier attempt (not shown) received the feedback above. Solve the "
+                       "problem again from scratch, step by step, and avoid the mistake the feedback points to.")
 PROBLEM_HEAD = "Problem:\n"
 PLAN_HEAD = "Proposed solution:\n"
 
@@ -53,8 +56,9 @@ class PromptSet:
     def repair_messages(self, problem: str, plan: str, feedback: str, style: str = "self-refine") -> list[dict]:
         if style not in REPAIR_STYLES:
             raise ValueError(f"repair style must be one of {REPAIR_STYLES}, got {style!r}")
-        head = f"{PROBLEM_HEAD}{problem}\n\n{PLAN_HEAD}{plan}\n\n{REPAIR_MARKER}\n{feedback}\n\n"
-        instr = f"{self.repair_instructions[style]} {self.answer_format}"
+        shown = "" if style == "re-solve" else f"{PLAN_HEAD}{plan}\n\n"
+        head = f"{PROBLEM_HEAD}{problem}\n\n{shown}{REPAIR_MARKER}\n{feedback}\n\n"
+        instr = f"{self.repair_instructions.get(style, RESOLVE_INSTRUCTION)} {self.answer_format}"
         return [{"role": "system", "content": self.judge_system}, {"role": "user", "content": head + instr}]
 
     def role_of(self, conversation) -> str:

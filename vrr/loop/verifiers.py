@@ -11,6 +11,10 @@ the text the repairer receives.
   the key step(s), then ``VERDICT: ACCEPT|REJECT``; ``reason`` a full independent re-solution, then
   ``VERDICT: ...`` (~400 tokens per vote).
 
+* :class:`ResolveJudge` (``llm_resolve``): each vote is the judge model's own solution of the problem,
+  sampled independently; the vote accepts when its final answer agrees with the plan's (tasks with
+  ``answers_agree``: GSM8K, MATH-500). J is about the judge's accuracy minus its rate of agreeing on
+  a wrong answer.
 * :class:`AssertJudge` (``llm_asserts``, code tasks): each of the M votes is one assert the judge
   model writes for the task (sampled afresh for every plan and round), executed against the plan's
   code in the sandbox; the vote accepts when the assert passes.
@@ -215,6 +219,45 @@ PRM_STEP = "<extra_0>"   # Qwen2.5-Math-PRM: the reward is read at this token af
 _PRM = re.compile(r"^# vrr-prm: weakest step ([0-9.]+) of (\d+) steps: (ACCEPT|REJECT)$", re.M)
 
 
+class ResolveJudge:
+    """M independent solutions by the judge model; a vote accepts when its answer agrees with the plan's."""
+
+    kind = "llm_resolve"
+    _RESULT = re.compile(r"^# vrr-resolve: (AGREE|DISAGREE)", re.M)
+
+    def __init__(self, max_tokens: int | None = None, temperature: float = 0.7):
+        self.max_tokens = max_tokens or 512
+        self.temperature = temperature
+
+    def parse(self, text: str | None) -> int | None:
+        m = self._RESULT.search(text or "")
+        return None if m is None else int(m.group(1) == "AGREE")
+
+    def feedback(self, outputs: Sequence[str]) -> str:
+        votes = [self.parse(t) == 1 for t in outputs]
+        return f"{len(votes) - sum(votes)} of {len(votes)} independent solvers reached a different final answer."
+
+    def votes(self, engine, task, problems: Sequence, plans: Sequence[str], M: int):
+        if not hasattr(task, "answers_agree"):
+            raise NotImplementedError(f"verifier kind 'llm_resolve' compares final answers: task {task.name!r} "
+                                      "has no answers_agree (use gsm8k or math500)")
+        outs = engine.chat([task.prompts.generator_messages(p.question) for p in problems],
+                           temperature=self.temperature, max_tokens=self.max_tokens, n=M)
+        records = []
+        for p, plan, o in zip(problems, plans, outs):
+            if len(o) != M:
+                raise RuntimeError(f"engine returned {len(o)} solutions, expected {M}")
+            mine = task.extract_answer(plan)
+            row = []
+            for text in o:
+                theirs = task.extract_answer(text)
+                agree = mine is not None and theirs is not None and bool(task.answers_agree(mine, theirs))
+                row.append(f"{(text or '')[-400:]}\n# vrr-resolve: {'AGREE' if agree else 'DISAGREE'} "
+                           f"(judge's answer {str(theirs)[:60]!r})")
+            records.append(row)
+        return records, [[int(self.parse(r) == 1) for r in row] for row in records]
+
+
 class PRMJudge:
     """A process reward model as the verifier (App. B, MATH-500): deterministic, M identical votes.
 
@@ -262,14 +305,16 @@ def make_verifier(kind: str, style: str = "verdict", max_tokens: int | None = No
         return LLMJudge(style, max_tokens, temperature)
     if kind == "llm_asserts":
         return AssertJudge(max_tokens, temperature)
+    if kind == "llm_resolve":
+        return ResolveJudge(max_tokens, temperature)
     if kind == "visible_test":
         return ShownTestJudge()
     if kind == "prm":
         return PRMJudge()
     if kind in VERIFIER_KINDS:
         raise NotImplementedError(f"verifier kind {kind!r} is registered in the settings schema but has no "
-                                  "implementation in vrr.loop.verifiers yet (implemented: llm_judge, llm_asserts, "
-                                  "visible_test, prm)")
+                                  "implementation in vrr.loop.verifiers yet (implemented: llm_judge, llm_resolve, "
+                                  "llm_asserts, visible_test, prm)")
     raise ValueError(f"unknown verifier kind {kind!r}; known: {VERIFIER_KINDS}")
 
 

@@ -347,6 +347,10 @@ class GSM8K(Task):
     def is_valid(self, answer, problem: Problem) -> bool:
         return is_correct(answer, problem.gold)
 
+    def answers_agree(self, a, b) -> bool:
+        """Two extracted final answers name the same number (the re-solving verifier's vote)."""
+        return is_correct(a, b)
+
     def make_perturbation(self, problem: Problem, seed: int, kind: str = "auto") -> dict:
         return make_perturbation(problem.question, seed, problem.index, kind)
 

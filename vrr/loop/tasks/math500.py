@@ -353,6 +353,12 @@ class MATH500(Task):
         """math-verify equivalence of ``answer`` with the reference (App. B)."""
         return bool(self.check([(answer, problem)])[0]["valid"])
 
+    def answers_agree(self, a, b) -> bool:
+        """Two final answers are math-verify equivalent (the re-solving verifier's vote)."""
+        if not isinstance(a, str) or not isinstance(b, str):
+            return False
+        return bool(check_answers([(b, a)])[0]["valid"])
+
     def label_rounds(self, items: list[tuple[dict, Problem]]) -> list[int]:
         """Labels of many stored plans, checked in one batch by the math-verify worker."""
         pairs = [(rd["answer"] if "answer" in rd else self.extract_answer(rd.get("plan")), p) for rd, p in items]
