@@ -193,11 +193,14 @@ def test_vote_noise_fits_refuse_too_few_votes(method, M):
         fit_vote_noise(method, S, M)
 
 
-def test_transition_rates_at_the_boundary_use_the_stated_jeffreys_estimate():
+def test_rates_on_an_unsafe_boundary_use_the_stated_jeffreys_estimate():
     assert defined_rate(3, 10) == (0.3, "frequency")
-    assert defined_rate(0, 82) == (0.5 / 83, "jeffreys")
+    assert defined_rate(0, 82) == (0.5 / 83, "jeffreys")            # pi = 0 or beta = 0: unsafe
     assert defined_rate(18, 18) == (18.5 / 19, "jeffreys")
-    assert defined_rate(0, 0) == (0.5, "jeffreys")
+    assert defined_rate(0, 0) == (0.5, "jeffreys")                  # undefined
+    assert defined_rate(0, 82, unsafe=()) == (0.0, "frequency")    # alpha = 0 only makes the rule stop
+    assert defined_rate(0, 0, unsafe=()) == (0.5, "jeffreys")
+    assert defined_rate(18, 18, unsafe=(0.0,)) == (1.0, "frequency")
 
 
 def test_all_valid_window_does_not_make_vrr_stop_repair_to_k_max():
@@ -207,7 +210,7 @@ def test_all_valid_window_does_not_make_vrr_stop_repair_to_k_max():
     y = np.ones((n, 3), dtype=int)
     S = np.full((n, 3), 8)
     cal = calibrate(S, y, 8)
-    assert cal.rules["alpha"] == cal.rules["beta"] == cal.rules["pi"] == "jeffreys"
+    assert cal.rules["alpha"] == cal.rules["beta"] == cal.rules["pi"] == "jeffreys"   # undefined, 0/60, 60/60
     assert cal.params.alpha == 0.5 and cal.params.beta == pytest.approx(0.5 / (n + 1))
     assert np.isnan(cal.transitions.alpha) and cal.transitions.beta == 0.0   # the raw frequencies, recorded
     out = vrr_stop(S, 8, **cal.params.as_dict())
@@ -227,3 +230,10 @@ def test_batched_em_equals_one_fit_at_a_time():
     for i, S in enumerate(samples):
         one = binomial_mixture_em(S, 8, seed=3)
         assert (rho0[i], rho1[i], w[i]) == pytest.approx((one.rho0, one.rho1, one.weight_valid), abs=1e-12)
+
+
+def test_a_zero_repair_benefit_is_kept_as_the_paper_estimates_it():
+    """alpha-hat = 0 (the paper's Qwen-7B row) stays 0: it can only make VRR-Stop stop."""
+    s = simulate_setting(NoiseParams(0.725, 0.048, 0.0, 0.909, 0.875), n=300, k_max=1, seed=0)
+    cal = calibrate(s.S, s.y, 8)
+    assert cal.params.alpha == 0.0 and cal.rules["alpha"] == "frequency"

@@ -426,9 +426,9 @@ def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
     trans = transition_rates(y[:, 0], y[:, 1], max_pairs=max_pairs, seed=seed)
     labeled = labeled_subset(y.shape[0], max_pairs, seed)      # the same <= 300 labeled plans
     n_pi_valid, n_pi = int(y[labeled, 0].sum()), int(labeled.size)
-    alpha, alpha_rule = defined_rate(trans.n_fixed, trans.n_invalid_before)
-    beta, beta_rule = defined_rate(trans.n_broken, trans.n_valid_before)
-    pi, pi_rule = defined_rate(n_pi_valid, n_pi)
+    alpha, alpha_rule = defined_rate(trans.n_fixed, trans.n_invalid_before, unsafe=())
+    beta, beta_rule = defined_rate(trans.n_broken, trans.n_valid_before, unsafe=(0.0,))
+    pi, pi_rule = defined_rate(n_pi_valid, n_pi, unsafe=(0.0, 1.0))
     rules = {"rho0": "fit", "rho1": "fit", "alpha": alpha_rule, "beta": beta_rule, "pi": pi_rule}
     rho = {}
     for name in ("rho0", "rho1"):
@@ -441,16 +441,18 @@ def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
                        n_pi_valid=n_pi_valid, n_pi=n_pi, M=vM, rules=rules)
 
 
-def defined_rate(k: int, n: int) -> tuple[float, str]:
-    """A transition rate that stays defined and away from 0 and 1 (App. A's frequencies, made total).
+def defined_rate(k: int, n: int, unsafe: tuple[float, ...] = (0.0, 1.0)) -> tuple[float, str]:
+    """A rate estimate that stays defined where the stopping rule needs it (App. A's frequencies, made total).
 
-    The paper's estimate is the frequency k/n. At the boundary it breaks the stopping rule: with
-    n = 0 it is undefined, and k = 0 or k = n claims a repair that can never help or never harm
-    (an all-valid window gives beta-hat = 0, so G_k > 0 for every belief and VRR-Stop repairs to
-    K_max). There the Jeffreys posterior mean (k + 1/2) / (n + 1) is used instead; the second
-    value names the rule ("frequency" or "jeffreys") so the calibration output records it.
+    The paper's estimate is the frequency k/n, kept wherever it is defined and is not one of the
+    ``unsafe`` boundary values. Those are the values on which the rule would act with a certainty that
+    finite data cannot give. A repair damage beta-hat = 0 makes G_k > 0 for every belief, so VRR-Stop
+    repairs to K_max; a prior of exactly 0 or 1 freezes the belief. With n = 0 the rate is undefined.
+    In these cases the Jeffreys posterior mean (k + 1/2) / (n + 1) is used instead. A zero repair
+    benefit alpha-hat = 0 is not unsafe: it can only make the rule stop, and the paper's Qwen-7B row has it.
+    The second value names the rule ("frequency" or "jeffreys"), so the calibration output records it.
     """
-    if n > 0 and 0 < k < n:
+    if n > 0 and k / n not in unsafe:
         return k / n, "frequency"
     return (k + 0.5) / (n + 1.0), "jeffreys"
 
