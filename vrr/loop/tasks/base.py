@@ -18,8 +18,13 @@ A task supplies:
 """
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
+
+from ...common.paths import shared_data_dirs
 
 MAX_PLAN_CHARS = 4000  # plans longer than this are clipped inside judge/repair prompts
 
@@ -94,3 +99,24 @@ class Task:
     @staticmethod
     def clip_plan(plan: str) -> str:
         return plan if len(plan) <= MAX_PLAN_CHARS else plan[:MAX_PLAN_CHARS] + "\n[...]"
+
+
+def local_file(dataset: str, filename: str, env_var: str | None = None) -> Path | None:
+    """The first ``<dir>/<filename>`` that exists among the dataset's local folders, or None."""
+    for d in shared_data_dirs(dataset, env_var=env_var):
+        p = d / filename
+        if p.exists():
+            return p
+    return None
+
+
+def read_jsonl_rows(dataset: str, split: str, env_var: str | None, path: str | os.PathLike | None = None,
+                    allow_hub: bool = True, from_hub: Callable[[], list[dict]] | None = None) -> list[dict]:
+    """The rows of ``<split>.jsonl`` of a benchmark: a given path, else the local copy, else (online users)
+    ``from_hub()``; a clear error names every folder searched."""
+    p = Path(path) if path else local_file(dataset, f"{split}.jsonl", env_var)
+    if p is not None and p.exists():
+        return [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if allow_hub and from_hub is not None:  # pragma: no cover - needs network
+        return from_hub()
+    raise FileNotFoundError(f"no local {dataset} {split}.jsonl in {shared_data_dirs(dataset, env_var=env_var)}")

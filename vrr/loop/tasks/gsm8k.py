@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import random
@@ -26,10 +25,9 @@ import re
 from fractions import Fraction
 from pathlib import Path
 
-from ...common.paths import shared_data_dirs
 from ..prompts import PromptSet
 from .base import Problem as _Problem
-from .base import Task
+from .base import Task, local_file, read_jsonl_rows
 
 DATASET = "gsm8k"
 SPLITS = ("train", "test")
@@ -47,16 +45,8 @@ class Problem(_Problem):
         return gold_answer(self.answer)
 
 
-def _candidate_dirs() -> list[Path]:
-    return shared_data_dirs("gsm8k", env_var="VRR_GSM8K_DIR")
-
-
 def local_path(split: str) -> Path | None:
-    for d in _candidate_dirs():
-        p = d / f"{split}.jsonl"
-        if p.exists():
-            return p
-    return None
+    return local_file(DATASET, f"{split}.jsonl", "VRR_GSM8K_DIR")
 
 
 _CACHE: dict[tuple, list[Problem]] = {}
@@ -67,19 +57,17 @@ def load_gsm8k(split: str = "test", path: str | os.PathLike | None = None,
     """All problems of ``split`` as :class:`Problem` (index = 0-based row number)."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}")
-    p = Path(path) if path else local_path(split)
-    key = (split, str(p))
+    key = (split, str(path or local_path(split)))
     if key in _CACHE:
         return _CACHE[key]
-    if p is not None and p.exists():
-        rows = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
-    elif allow_hub:  # pragma: no cover - needs network
+
+    def from_hub():
         import datasets  # lazy: only online users need it
 
-        ds = datasets.load_dataset("openai/gsm8k", "main")[split]
-        rows = [{"question": r["question"], "answer": r["answer"]} for r in ds]
-    else:
-        raise FileNotFoundError(f"no local GSM8K {split}.jsonl in {_candidate_dirs()}")
+        return [{"question": r["question"], "answer": r["answer"]}
+                for r in datasets.load_dataset("openai/gsm8k", "main")[split]]
+
+    rows = read_jsonl_rows(DATASET, split, "VRR_GSM8K_DIR", path, allow_hub, from_hub)
     probs = [Problem(split, i, r["question"], r["answer"]) for i, r in enumerate(rows)]
     _CACHE[key] = probs
     return probs
@@ -265,19 +253,27 @@ def make_perturbation(question: str, seed: int, index: int, kind: str = "auto") 
     """
     rng = _rng(seed, index)
     nums = _numeric_spans(question)
-    conds = []
+    return pick_edit(nums, condition_spans(question, CONDITION_SWAPS), rng, kind, seed)
+
+
+def condition_spans(question: str, swaps, free=None) -> list[tuple[int, int, str, str]]:
+    """Non-overlapping (start, end, original, replacement) spans of the condition phrases in ``question``
+    (word-bounded, case-insensitive; the longer phrase wins an overlap); ``free(start, end)`` may veto spans."""
     low = question.lower()
-    for a, b in CONDITION_SWAPS:
-        for m in re.finditer(r"\b" + re.escape(a) + r"\b", low):
-            conds.append((m.start(), m.end(), question[m.start():m.end()], b))
-    # remove overlapping duplicates (e.g. "more than" and "more")
+    conds = [(m.start(), m.end(), question[m.start():m.end()], b) for a, b in swaps
+             for m in re.finditer(r"\b" + re.escape(a) + r"\b", low) if free is None or free(m.start(), m.end())]
     conds.sort(key=lambda t: (t[0], -(t[1] - t[0])))
     dedup, last_end = [], -1
     for c in conds:
         if c[0] >= last_end:
             dedup.append(c)
             last_end = c[1]
-    conds = dedup
+    return dedup
+
+
+def pick_edit(nums, conds, rng: random.Random, kind: str, seed: int) -> dict:
+    """The PM-stress edit spec: a condition swap (kind "condition", or "auto" with probability 1/3 when
+    there is one and always when there is no number), else one changed number, else none."""
     use_cond = kind == "condition" or (kind == "auto" and conds and (not nums or rng.random() < 1 / 3))
     if use_cond and conds:
         s, e, orig, new = conds[rng.randrange(len(conds))]
@@ -287,8 +283,7 @@ def make_perturbation(question: str, seed: int, index: int, kind: str = "auto") 
     if not nums:
         return {"kind": "none", "start": 0, "end": 0, "orig": "", "new": "", "seed": seed}
     s, e, tok = nums[rng.randrange(len(nums))]
-    return {"kind": "numeric", "start": s, "end": e, "orig": tok, "new": _perturb_number(tok, rng),
-            "seed": seed}
+    return {"kind": "numeric", "start": s, "end": e, "orig": tok, "new": _perturb_number(tok, rng), "seed": seed}
 
 
 def apply_perturbation(question: str, spec: dict | None) -> str:

@@ -28,13 +28,13 @@ import sys
 import threading
 from pathlib import Path
 
-from ...common.paths import REPO_ROOT, shared_data_dirs
+from ...common.paths import REPO_ROOT
 from ..prompts import PromptSet
 from .base import Problem as _Problem
 from ..checker import KILL_SECONDS, CheckerProcess
-from .base import Task
+from .base import Task, local_file, read_jsonl_rows
 
-from .gsm8k import _perturb_number, _rng
+from .gsm8k import _rng, condition_spans, pick_edit
 from .gsm8k import apply_perturbation as _apply_span
 
 DATASET = "math500"
@@ -58,11 +58,7 @@ class Problem(_Problem):
 
 def local_path(split: str) -> Path | None:
     """The local ``<split>.jsonl`` (first of ``shared_data_dirs``), or None."""
-    for d in shared_data_dirs(DATASET, env_var="VRR_MATH500_DIR"):
-        p = d / f"{split}.jsonl"
-        if p.exists():
-            return p
-    return None
+    return local_file(DATASET, f"{split}.jsonl", "VRR_MATH500_DIR")
 
 
 _CACHE: dict[tuple, list[Problem]] = {}
@@ -73,19 +69,16 @@ def load_math500(split: str = "test", path: str | os.PathLike | None = None,
     """All problems of ``split`` (only "test": the 500-problem subset of Lightman et al. 2023)."""
     if split not in SPLITS:
         raise ValueError(f"math500: split must be one of {SPLITS}, got {split!r}")
-    p = Path(path) if path else local_path(split)
-    key = (split, str(p))
+    key = (split, str(path or local_path(split)))
     if key in _CACHE:
         return _CACHE[key]
-    if p is not None and p.exists():
-        rows = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
-    elif allow_hub:  # pragma: no cover - needs network
+
+    def from_hub():
         import datasets  # lazy: only online users need it
 
-        rows = list(datasets.load_dataset("HuggingFaceH4/MATH-500")[split])
-    else:
-        raise FileNotFoundError(f"no local MATH-500 {split}.jsonl in "
-                                f"{shared_data_dirs(DATASET, env_var='VRR_MATH500_DIR')}")
+        return list(datasets.load_dataset("HuggingFaceH4/MATH-500")[split])
+
+    rows = read_jsonl_rows(DATASET, split, "VRR_MATH500_DIR", path, allow_hub, from_hub)
     probs = [Problem(split, i, r["problem"], r["answer"]) for i, r in enumerate(rows)]
     _CACHE[key] = probs
     return probs
@@ -270,29 +263,7 @@ def make_perturbation(question: str, seed: int, index: int, kind: str = "auto") 
         return not any(a <= s < b or a < e <= b for a, b in blocked)
 
     nums = [(m.start(), m.end(), m.group(0)) for m in _NUMBER.finditer(question) if free(m.start(), m.end())]
-    low = question.lower()
-    conds = []
-    for a, b in CONDITION_SWAPS:
-        for m in re.finditer(r"\b" + re.escape(a) + r"\b", low):
-            if free(m.start(), m.end()):
-                conds.append((m.start(), m.end(), question[m.start():m.end()], b))
-    conds.sort(key=lambda t: (t[0], -(t[1] - t[0])))
-    dedup, last_end = [], -1
-    for c in conds:
-        if c[0] >= last_end:
-            dedup.append(c)
-            last_end = c[1]
-    conds = dedup
-    use_cond = kind == "condition" or (kind == "auto" and conds and (not nums or rng.random() < 1 / 3))
-    if use_cond and conds:
-        s, e, orig, new = conds[rng.randrange(len(conds))]
-        if orig[:1].isupper():
-            new = new[:1].upper() + new[1:]
-        return {"kind": "condition", "start": s, "end": e, "orig": orig, "new": new, "seed": seed}
-    if not nums:
-        return {"kind": "none", "start": 0, "end": 0, "orig": "", "new": "", "seed": seed}
-    s, e, tok = nums[rng.randrange(len(nums))]
-    return {"kind": "numeric", "start": s, "end": e, "orig": tok, "new": _perturb_number(tok, rng), "seed": seed}
+    return pick_edit(nums, condition_spans(question, CONDITION_SWAPS, free), rng, kind, seed)
 
 
 def apply_perturbation(question: str, spec: dict | None) -> str:
