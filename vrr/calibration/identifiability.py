@@ -70,6 +70,17 @@ def bootstrap_intervals(S, y, M: int, eta: float = 0.05, n_boot: int = BOOTSTRAP
     uncertainty of the EM itself, which the effective-count intervals ignore. Each parameter gets
     the percentile interval at level 1 - eta/5 (Bonferroni over the five), widened to contain the
     point estimate.
+
+    Near J = 0 the EM is not consistent: its bootstrap distribution sits around the same wrong
+    answer as the estimate, and no resampling of it covers the truth. The calibration instances are
+    labeled, though (they give alpha, beta and pi), so each interval is joined with the percentile
+    interval of the labeled estimate of the same parameter over the same resamples (for rho0, rho1 the
+    per-class accept rates of the round-0 votes; resampling plans keeps the votes of one plan
+    together), and with the Clopper-Pearson interval of the labeled counts (exact for binomial counts,
+    where the percentile bootstrap of a proportion from a few dozen pairs falls short). The box then
+    contains the truth whenever any of the constructions does. B_k measures the
+    distance from the deployed estimate (EM) to every parameter in the box, so the joined box still
+    bounds |G-hat - G|.
     """
     S, y = np.asarray(S), np.asarray(y)
     point = calibrate(S, y, M, seed=seed, **calibrate_kwargs).params.as_dict()
@@ -86,16 +97,43 @@ def bootstrap_intervals(S, y, M: int, eta: float = 0.05, n_boot: int = BOOTSTRAP
                                                  tol=options.em_tol, max_iter=options.em_max_iter)
         votes = [VoteNoiseFit(float(a), float(b), float(c), method="binomial_em") for a, b, c in zip(rho0, rho1, w)]
     draws = {name: np.empty(n_boot) for name in PARAM_NAMES}
+    labeled = {name: np.full(n_boot, np.nan) for name in ("rho0", "rho1")}
     for b, idx in enumerate(samples):
         fit = calibrate(S[idx], y[idx], M, seed=seed + b, votes=votes[b], **calibrate_kwargs).params
         for name in PARAM_NAMES:
             draws[name][b] = getattr(fit, name)
+        s0, y0 = S[idx, 0], y[idx, 0].astype(bool)
+        if (~y0).any():
+            labeled["rho0"][b] = s0[~y0].sum() / (M * (~y0).sum())
+        if y0.any():
+            labeled["rho1"][b] = 1.0 - s0[y0].sum() / (M * y0.sum())
     tail = 100.0 * eta / len(PARAM_NAMES) / 2.0
+    exact = _exact_labeled_intervals(S, y, M, 1.0 - eta / len(PARAM_NAMES), **calibrate_kwargs)
     out = {}
     for name in PARAM_NAMES:
         lo, hi = np.percentile(draws[name], [tail, 100.0 - tail])
-        out[name] = (float(min(lo, point[name])), float(max(hi, point[name])))
+        lo, hi = min(lo, point[name], exact[name][0]), max(hi, point[name], exact[name][1])
+        if name in labeled and np.isfinite(labeled[name]).any():
+            llo, lhi = np.nanpercentile(labeled[name], [tail, 100.0 - tail])
+            lo, hi = min(lo, llo), max(hi, lhi)
+        out[name] = (float(lo), float(hi))
     return out
+
+
+def _exact_labeled_intervals(S, y, M: int, confidence: float, **calibrate_kwargs) -> dict[str, tuple[float, float]]:
+    """Clopper-Pearson intervals from the labeled counts of the calibration sample: alpha, beta and pi on
+    the labeled pairs it uses, rho0 and rho1 on the round-0 votes of each class. Exact for binomial counts
+    (the percentile bootstrap of a proportion from a few dozen pairs falls short of its level)."""
+    cal = calibrate(S, y, M, **calibrate_kwargs)
+    t = cal.transitions
+    s0, y0 = np.asarray(S)[:, 0], np.asarray(y)[:, 0].astype(bool)
+    return {
+        "alpha": _clopper_pearson(t.n_fixed, t.n_invalid_before, confidence),
+        "beta": _clopper_pearson(t.n_broken, t.n_valid_before, confidence),
+        "pi": _clopper_pearson(cal.n_pi_valid, cal.n_pi, confidence),
+        "rho0": _clopper_pearson(float(s0[~y0].sum()), float(M * (~y0).sum()), confidence),
+        "rho1": _clopper_pearson(float(M * y0.sum() - s0[y0].sum()), float(M * y0.sum()), confidence),
+    }
 
 
 def crossfit_intervals(cf: CrossFit, eta: float = 0.05, S=None, y=None, M: int | None = None,

@@ -8,7 +8,9 @@ Each program runs in a fresh interpreter in a fresh temporary directory, deleted
   the program. When the program ends, or the keeper is killed on timeout (by a pidfd, never by
   name), the kernel kills every process left in the namespace, including ones that called
   ``setsid()``. Without a PID namespace the whole process group is killed;
-* **time**: a wall-clock timeout (default 5 s, the paper's) plus ``RLIMIT_CPU`` as a backstop;
+* **time**: a wall-clock timeout (default 5 s, the paper's) plus ``RLIMIT_CPU`` as a backstop; or, with
+  ``cpu_limit``, the CPU time is the limit and the wall clock the backstop (MBPP labels do this, so
+  that a loaded machine cannot turn a correct program into a timeout);
 * **memory, files, processes**: ``RLIMIT_AS`` 1 GiB, ``RLIMIT_FSIZE`` 10 MB per file,
   ``RLIMIT_NOFILE`` 64, ``RLIMIT_CORE`` 0, and (when the uid is switched) ``RLIMIT_NPROC`` 32;
 * **user**: when the parent runs as root, the program runs as a dedicated unprivileged uid/gid
@@ -266,9 +268,11 @@ class _UidSlot:
             self._fh = None
 
 
-def _limits(timeout: float, switch_uid: bool) -> list[tuple[int, tuple[int, int]]]:
-    """(resource, (soft, hard)) pairs, never above the parent's hard limits unless root."""
-    cpu = int(math.ceil(timeout)) + 1
+def _limits(timeout: float, switch_uid: bool, cpu_limit: float | None = None) -> list[tuple[int, tuple[int, int]]]:
+    """(resource, (soft, hard)) pairs, never above the parent's hard limits unless root. With
+    ``cpu_limit`` the CPU time is the limit (SIGXCPU at that many seconds), else a backstop one
+    second past the wall timeout."""
+    cpu = int(math.ceil(cpu_limit)) if cpu_limit is not None else int(math.ceil(timeout)) + 1
     wanted = [(resource.RLIMIT_CPU, (cpu, cpu + 1)), (resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT)),
               (resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT)),
               (resource.RLIMIT_NOFILE, (OPEN_FILES_LIMIT, OPEN_FILES_LIMIT)), (resource.RLIMIT_CORE, (0, 0))]
@@ -347,8 +351,8 @@ class _Job:
     ``collect`` let :func:`run_many` keep several in flight from one thread."""
 
     def __init__(self, code: str, timeout: float, switch_uid: bool | None = None,
-                 interpreter: str | None = None):
-        self.code, self.timeout = code, float(timeout)
+                 interpreter: str | None = None, cpu_limit: float | None = None):
+        self.code, self.timeout, self.cpu_limit = code, float(timeout), cpu_limit
         self.switch_uid = _is_root() if switch_uid is None else switch_uid
         self.interpreter = interpreter or sandbox_interpreter(self.switch_uid)
         self.proc = None
@@ -395,7 +399,7 @@ class _Job:
                      PROGRAM_NAME],
                     cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=so, stderr=se, close_fds=True,
                     pass_fds=(status_w,), start_new_session=True,
-                    preexec_fn=_make_preexec(_limits(self.timeout, self.switch_uid), uid))
+                    preexec_fn=_make_preexec(_limits(self.timeout, self.switch_uid, self.cpu_limit), uid))
         finally:
             os.close(status_w)
         try:
@@ -461,6 +465,9 @@ class _Job:
         rc = self.proc.returncode
         if self.timed_out:
             error = f"timeout after {self.timeout:g} s"
+        elif self.cpu_limit is not None and rc in (-signal.SIGXCPU, 128 + signal.SIGXCPU, -signal.SIGKILL, 137) \
+                and "VRR-FAIL" not in stderr:
+            error = f"cpu time limit of {self.cpu_limit:g} s exceeded"
         elif rc == 0:
             error = ""
         else:
@@ -505,17 +512,20 @@ def _signal_text(rc: int | None) -> str:
 
 # --------------------------------------------------------------------------- public API
 def run_python(code: str, timeout: float = DEFAULT_TIMEOUT, *, switch_uid: bool | None = None,
-               interpreter: str | None = None) -> SandboxResult:
+               interpreter: str | None = None, cpu_limit: float | None = None) -> SandboxResult:
     """Run one Python program in the sandbox (module docstring) and wait for it, at most
-    ``timeout`` seconds of wall time (App. B: 5 s)."""
-    return run_many([code], timeout=timeout, parallel=1, switch_uid=switch_uid, interpreter=interpreter)[0]
+    ``timeout`` seconds of wall time (App. B: 5 s) and, with ``cpu_limit``, that many CPU seconds."""
+    return run_many([code], timeout=timeout, parallel=1, switch_uid=switch_uid, interpreter=interpreter,
+                    cpu_limit=cpu_limit)[0]
 
 
 def run_many(codes: Sequence[str], timeout: float = DEFAULT_TIMEOUT, parallel: int = 2, progress: bool = False,
              desc: str = "sandbox", *, switch_uid: bool | None = None,
-             interpreter: str | None = None) -> list[SandboxResult]:
+             interpreter: str | None = None, cpu_limit: float | None = None) -> list[SandboxResult]:
     """Run many programs, ``parallel`` at a time (each with its own timeout), from this one
-    thread; results in input order. ``progress`` shows a tqdm bar."""
+    thread; results in input order. ``progress`` shows a tqdm bar. ``cpu_limit`` makes CPU seconds
+    the limit (a loaded machine then cannot turn a correct program into a timeout), with ``timeout``
+    as the wall-clock backstop for programs that sleep."""
     if parallel < 1:
         raise ValueError("parallel must be >= 1")
     pending = deque(enumerate(codes))
@@ -530,7 +540,7 @@ def run_many(codes: Sequence[str], timeout: float = DEFAULT_TIMEOUT, parallel: i
         while pending or running:
             while pending and len(running) < parallel:
                 i, code = pending.popleft()
-                job = _Job(code, timeout, switch_uid=switch_uid, interpreter=interpreter)
+                job = _Job(code, timeout, switch_uid=switch_uid, interpreter=interpreter, cpu_limit=cpu_limit)
                 job.start()
                 running.append((i, job))
             _wait_any([job for _, job in running])

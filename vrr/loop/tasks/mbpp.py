@@ -50,7 +50,8 @@ DATASET = "mbpp"
 SPLIT_TASK_IDS = {"prompt": (1, 10), "test": (11, 510), "validation": (511, 600), "train": (601, 974)}
 SHOWN_TEST_HEAD = "\nYour code should pass this test:\n"
 MAX_CODE_CHARS = 50_000  # longer "solutions" are labeled invalid without running them
-TEST_TIMEOUT = DEFAULT_TIMEOUT  # App. B: 5 s
+TEST_TIMEOUT = DEFAULT_TIMEOUT  # App. B: 5 s, enforced as CPU time so that labels do not depend on machine load
+WALL_TIMEOUT = 30.0             # the wall-clock backstop (programs that sleep use no CPU)
 
 
 @dataclass(frozen=True)
@@ -232,14 +233,17 @@ def check_many(pairs: list[tuple[object, Problem]], timeout: float = TEST_TIMEOU
     keys = list(to_run)
     markers = [f"VRR-ALL-TESTS-PASSED-{secrets.token_hex(16)}" for _ in keys]
     programs = [_harness(code, pairs[to_run[(code, tid)][0]][1].answer, mk) for (code, tid), mk in zip(keys, markers)]
-    results = run_many(programs, timeout=timeout, parallel=parallel, progress=progress, desc="mbpp tests")
+    results = run_many(programs, timeout=max(WALL_TIMEOUT, timeout), parallel=parallel, progress=progress,
+                       desc="mbpp tests", cpu_limit=timeout)
     for key, marker, r in zip(keys, markers, results):
         if r.passed and marker in r.stdout:
             res = CheckResult(True, "", r.seconds)
         else:
             fails = _FAIL_LINE.findall(r.stderr)
             if r.timed_out:
-                why = f"timeout: the tests did not finish within {timeout:g} s"
+                why = f"timeout: the tests did not finish within {max(WALL_TIMEOUT, timeout):g} s of wall time"
+            elif r.error.startswith("cpu time limit"):
+                why = f"timeout: the tests used more than {timeout:g} s of CPU time"
             elif fails:
                 why = fails[-1].strip()
             elif r.passed:
