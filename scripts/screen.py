@@ -103,7 +103,8 @@ def main() -> int:
     for flag in ("model", "verifier"):
         if getattr(a, flag):
             extra += [f"--{flag}", getattr(a, flag)]
-    key = hashlib.sha256(json.dumps([a.setting, a.n, extra]).encode()).hexdigest()[:8]
+    # the run's folder: one per candidate (setting, size, overrides and label), so a rerun resumes it
+    key = hashlib.sha256(json.dumps([a.setting, a.n, extra, a.label]).encode()).hexdigest()[:8]
     name = f"screen-{a.setting}-{key}"
     cmd = [a.python, "-m", "vrr", "generate", a.setting, "--n", str(a.n), "--probe-n", "0", "--set", "K_max=1",
            *extra, "--run-name", name, "--out-root", a.out_root, "--no-progress"]

@@ -452,8 +452,9 @@ def make_perturbation(problem: Problem, seed: int, kind: str = "auto") -> dict:
 
 
 # --------------------------------------------------------------------------- prompts and plug-in
-ANSWER_FORMAT = ("Output exactly one function call in Python syntax with keyword arguments, e.g. "
-                 "func_name(param1=value1, param2=\"text\"), alone on the last line or in a ```python block.")
+ANSWER_FORMAT = ("Output exactly one function call in Python syntax: the function's exact name as the documentation "
+                 "spells it (dots included), then keyword arguments for the parameters you pass. Put the call alone "
+                 "on the last line or in a ```python block.")
 
 PROMPTS = PromptSet(
     generator_system=("You are an expert in composing function calls. You are given a user request and the "
