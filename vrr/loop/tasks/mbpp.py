@@ -42,7 +42,7 @@ from pathlib import Path
 from ...common.paths import shared_data_dirs
 from ..prompts import PromptSet
 from ..sandbox import DEFAULT_TIMEOUT, run_many
-from .base import Problem, Task
+from .base import Problem, Task, local_file
 from .gsm8k import _numeric_spans, _perturb_number, _rng
 from .gsm8k import apply_perturbation as _apply_span_edit
 
@@ -77,17 +77,9 @@ class CheckResult:
 
 
 # --------------------------------------------------------------------------- loading
-def _candidate_dirs() -> list[Path]:
-    return shared_data_dirs("mbpp", env_var="VRR_MBPP_DIR")
-
-
 def local_path() -> Path | None:
-    """The first local ``sanitized-mbpp.json`` among the candidate folders (None if none)."""
-    for d in _candidate_dirs():
-        p = d / "sanitized-mbpp.json"
-        if p.exists():
-            return p
-    return None
+    """The first local ``sanitized-mbpp.json`` among the dataset's folders (None if none)."""
+    return local_file(DATASET, "sanitized-mbpp.json", "VRR_MBPP_DIR")
 
 
 _CACHE: dict[tuple, list[Problem]] = {}
@@ -118,7 +110,7 @@ def load_mbpp(split: str = "test", path: str | os.PathLike | None = None, allow_
 
         rows = [dict(r) for r in datasets.load_dataset("google-research-datasets/mbpp", "sanitized")[split]]
     else:
-        raise FileNotFoundError(f"no local sanitized-mbpp.json in {_candidate_dirs()}")
+        raise FileNotFoundError(f"no local sanitized-mbpp.json in {shared_data_dirs(DATASET, env_var='VRR_MBPP_DIR')}")
     probs = [_problem(split, i, r) for i, r in enumerate(rows)]
     _CACHE[key] = probs
     return probs
