@@ -69,7 +69,7 @@ $(VENV)/.installed: pyproject.toml
 	  $(PYTHON_BOOT) -m venv $(VENV); \
 	fi
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[notebooks,test,tasks]"
+	$(PY) -m pip install -q -e ".[notebooks,test,tasks,dspy,inspect]"
 	@touch $@
 
 # The CPU engine lives in its own virtualenv outside the clone (3.4 GB; reused across clones).
@@ -94,7 +94,7 @@ models: engine-env
 # ------------------------------------------------------------------ tests
 test: env engine-env bfcl-env
 	$(MAKE) models MODELS=smollm2-135m
-	VRR_ENGINE_PYTHON=$(ENGINE_PY) VRR_REQUIRE_ENGINE=1 VRR_REQUIRE_BFCL=1 VRR_BFCL_PYTHON=$(BFCL_VENV)/bin/python \
+	VRR_ENGINE_PYTHON=$(ENGINE_PY) VRR_REQUIRE_ENGINE=1 VRR_REQUIRE_BFCL=1 VRR_REQUIRE_ADAPTERS=1 VRR_BFCL_PYTHON=$(BFCL_VENV)/bin/python \
 	  $(PY) -m pytest -q -m "not engine" tests
 	VRR_REQUIRE_ENGINE=1 VRR_REQUIRE_BFCL=1 VRR_BFCL_PYTHON=$(BFCL_VENV)/bin/python \
 	  $(ENGINE_PY) -m pytest -q -m engine tests/test_engine_real.py

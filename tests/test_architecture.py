@@ -13,9 +13,10 @@ import vrr
 
 PKG = Path(vrr.__file__).resolve().parent
 # The flow: shared helpers, pure math, the protocol, the data contract, the LLM loop, labeling,
-# calibration, policies and replay, statistics, reporting, the notebook chain and the CLI.
+# calibration, policies and replay, statistics, reporting, the notebook chain and the CLI, and last the
+# adapters that put the online controller into other frameworks' loops (nothing in vrr imports them).
 STAGES = ["common", "core", "settings", "data", "loop", "label", "calibration", "policies", "stats", "report",
-          "chain"]
+          "chain", "adapters"]
 
 
 def _stage(module: str) -> str:
