@@ -125,7 +125,8 @@ def _independent_labels(task_name, records):
 @pytest.mark.parametrize("task, split", [("math500", "test"), ("mbpp", "test"), ("bfcl_single", "python")])
 def test_real_engine_generate_label_each_task(tmp_path, task, split):
     """SmolLM2 through generate -> label on 2 problems x 1 repair round; the stored labels agree with the
-    task's official checker run independently on the stored answers."""
+    task's official checker run independently on the stored answers. MBPP votes with executed
+    judge-written asserts, so the prefilled (continued) assistant reply runs on the real engine."""
     _require_engine()
     from vrr.data import load_setting
 
@@ -134,6 +135,8 @@ def test_real_engine_generate_label_each_task(tmp_path, task, split):
            "--set", f"task={task}", "--set", f"window.split={split}", "--set", "K_max=1", "--set", "M=2",
            "--set", "max_tokens.generate=128", "--set", "max_tokens.repair=128", "--set", "max_tokens.context=2048",
            "--no-progress", "--out-root", str(tmp_path)]
+    if task == "mbpp":
+        cmd += ["--set", "verifier.kind=llm_asserts"]
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -141,3 +144,7 @@ def test_real_engine_generate_label_each_task(tmp_path, task, split):
     assert st.S.shape == (2, 2) and st.meta["task"] == task
     records = [json.loads(line) for line in gzip.open(tmp_path / task / "trajectories.jsonl.gz", "rt")]
     assert _independent_labels(task, records) == st.y.ravel().tolist()
+    if task == "mbpp":  # every vote record is the continued prefill: an assert, then its execution result
+        votes = [v for r in records for rd in r["rounds"] for v in rd["judge"]]
+        assert len(votes) == 8 and all("\n# vrr-exec: " in v for v in votes)
+        assert all(v.startswith(("assert ", "[problem text elided]")) for v in votes)  # a copied shown test is elided

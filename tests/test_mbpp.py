@@ -248,3 +248,15 @@ def test_fake_engine_runs_on_mbpp(task):
     probs = load_mbpp("test", allow_hub=False)[:4]
     outs = eng.chat([task.prompts.generator_messages(p.question) for p in probs], temperature=0.7, max_tokens=64)
     assert [task.is_valid(extract_answer(o[0]), p) for o, p in zip(outs, probs)] == [True, False, True, False]
+
+
+def test_run_asserts_runs_every_assert_of_one_plan(task, known):
+    """M different asserts against the SAME plan are M separate runs (a cache keyed by the code
+    alone once gave every vote on a plan the first assert's result)."""
+    p = known[0]
+    name = entry_point(p)
+    code = f"def {name}(*args):\n    return 7"
+    items = [(code, p, f"assert {name}(1) == 7"), (code, p, f"assert {name}(1) == 8"),
+             (code, p, f"assert {name}(2) == 7"), (code, p, f"assert {name}(1) == 8")]
+    got = [r.valid for r in task.run_asserts(items)]
+    assert got == [True, False, True, False]

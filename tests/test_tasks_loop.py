@@ -115,3 +115,32 @@ def test_re_solve_repair_does_not_show_the_earlier_attempt():
     conv = P.repair_messages("Write f.", "def f(): return 1", "1 of 2 tests failed.", "re-solve")
     assert "def f(): return 1" not in conv[-1]["content"] and "1 of 2 tests failed." in conv[-1]["content"]
     assert P.role_of(conv) == "repairer"
+
+
+@pytest.mark.parametrize("continuation, test", [
+    ("f(1) == 2\n", "assert f(1) == 2"),
+    ("f([1,\n   2]) == [2,\n 1]\nprint('x')", "assert f([1,\n   2]) == [2,\n 1]"),
+    ("f(1) == 2, 'msg'  # comment", "assert f(1) == 2, 'msg'"),
+    ("f(1) == 2\n```\nmore text", "assert f(1) == 2"),
+    ("f(1) == [1, 2", None),                      # cut at max_tokens: no complete statement
+    ("f(1) == 2; x = 1", "assert f(1) == 2"),
+    ("\ndef f(x):\n    return x", None),            # wrote code, not a test
+    ("", None),
+])
+def test_assert_judge_reads_the_first_complete_assert_of_the_prefilled_reply(continuation, test):
+    from vrr.loop.verifiers import ASSERT_PREFILL, AssertJudge
+
+    assert AssertJudge.extract_assert(continuation) == test
+    conv = AssertJudge.messages("Task text")
+    assert conv[-1] == {"role": "assistant", "content": ASSERT_PREFILL} and ASSERT_PREFILL.endswith("assert ")
+
+
+def test_a_chat_batch_is_all_prefilled_or_none():
+    from vrr.loop.engine.backend import continues_reply
+
+    fresh = [{"role": "user", "content": "q"}]
+    prefilled = fresh + [{"role": "assistant", "content": "```python\nassert "}]
+    assert continues_reply([prefilled, prefilled]) is True
+    assert continues_reply([fresh]) is False
+    with pytest.raises(ValueError, match="mixes prefilled"):
+        continues_reply([fresh, prefilled])

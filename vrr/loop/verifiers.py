@@ -29,6 +29,7 @@ The verifier's model may differ from the generator's (``models.judge`` in the se
 """
 from __future__ import annotations
 
+import ast
 import re
 from typing import Sequence
 
@@ -130,7 +131,10 @@ ASSERT_SYSTEM = "You are a careful software tester. You write unit tests for Pyt
 ASSERT_INSTRUCTION = ("Write ONE new assert statement that a correct solution of this task must pass, on an input "
                       "of your choice (not the one shown), calling the function by the name the task uses. Reply "
                       "with the assert statement only, in a ```python code block.")
-_ASSERT_LINE = re.compile(r"^\s*(assert\b.*)$", re.M)
+# The judge's reply is prefilled with the opening of the code block and the keyword, so that a small
+# model writes a test rather than a solution (without it the 0.5B coder wrote code instead of an
+# assert in over half of its votes on valid plans: format failures, not judgements).
+ASSERT_PREFILL = "```python\nassert "
 
 
 def _exec_record(test: str, passed: bool, reason: str = "") -> str:
@@ -172,18 +176,31 @@ class AssertJudge(_Executed):
 
     @staticmethod
     def messages(problem_text: str) -> list[dict]:
+        """The test writer's conversation; it ends with the prefilled reply the model continues."""
         return [{"role": "system", "content": ASSERT_SYSTEM},
-                {"role": "user", "content": f"Task:\n{problem_text}\n\n{ASSERT_INSTRUCTION}"}]
+                {"role": "user", "content": f"Task:\n{problem_text}\n\n{ASSERT_INSTRUCTION}"},
+                {"role": "assistant", "content": ASSERT_PREFILL}]
 
     @staticmethod
-    def extract_assert(text: str | None) -> str | None:
-        hits = _ASSERT_LINE.findall(text or "")
-        return hits[0].strip() if hits else None
+    def extract_assert(continuation: str | None) -> str | None:
+        """The first complete assert statement of the prefilled reply (``assert `` + the model's
+        continuation, up to the closing fence); it may span lines. None when it does not parse."""
+        body = "assert " + (continuation or "").split("```", 1)[0]
+        lines = body.splitlines()
+        for end in range(1, len(lines) + 1):
+            candidate = "\n".join(lines[:end]).strip()
+            try:
+                tree = ast.parse(candidate)
+            except SyntaxError:
+                continue
+            first = tree.body[0] if tree.body else None
+            return ast.get_source_segment(candidate, first) if isinstance(first, ast.Assert) else None
+        return None
 
     def votes(self, engine, task, problems: Sequence, plans: Sequence[str], M: int):
         _needs_code_task(task, self.kind)
         outs = engine.chat([self.messages(p.question) for p in problems], temperature=self.temperature,
-                           max_tokens=self.max_tokens, n=M)
+                           max_tokens=self.max_tokens, n=M, stop=["```"])
         items, where = [], []
         records = [[""] * M for _ in problems]
         for i, (p, plan, o) in enumerate(zip(problems, plans, outs)):
@@ -192,8 +209,9 @@ class AssertJudge(_Executed):
             code = task.extract_answer(plan)
             for m, text in enumerate(o):
                 test = self.extract_assert(text)
-                if test is None:  # the judge wrote no test: an unparsable vote, counted as a rejection
-                    records[i][m] = _exec_record((text or "").strip()[:300], False, "the judge wrote no assert")
+                if test is None:  # no complete assert (e.g. cut at max_tokens): an unparsable vote, a rejection
+                    records[i][m] = _exec_record(("assert " + (text or "")).strip()[:300], False,
+                                                 "the judge wrote no complete assert")
                 else:
                     items.append((code, p, test))
                     where.append((i, m, test))

@@ -147,8 +147,10 @@ class VLLMEngine:
             return []
         sp = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
                             stop=list(stop) if stop else None)
+        prefilled = continues_reply(conversations)
         t0 = time.time()
-        outs = self.llm.chat([list(c) for c in conversations], sp, use_tqdm=False)
+        outs = self.llm.chat([list(c) for c in conversations], sp, use_tqdm=False,
+                             add_generation_prompt=not prefilled, continue_final_message=prefilled)
         dt = time.time() - t0
         texts, reasons, ptok, gtok = [], [], 0, 0
         for o in outs:
@@ -183,6 +185,15 @@ class VLLMEngine:
         return {"backend": self.backend, "model": self.model_arg, "model_path": self.model_path,
                 "model_info": self.model_info, "seed": self.seed, "engine_config": self.config,
                 "load_seconds": round(self.load_seconds, 1), "versions": package_versions()}
+
+
+def continues_reply(conversations: Sequence[Conversation]) -> bool:
+    """True when every conversation ends with a prefilled assistant message that the model continues
+    (the returned text is then only the continuation); False when none does. Mixed batches are an error."""
+    ends = {c[-1].get("role") == "assistant" for c in conversations}
+    if len(ends) > 1:
+        raise ValueError("a chat batch mixes prefilled assistant replies with fresh ones: send them separately")
+    return ends == {True}
 
 
 def make_engine(model: str, backend: str = "auto", seed: int = 0, max_model_len: int = 4096,

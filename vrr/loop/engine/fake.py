@@ -68,10 +68,10 @@ class FakeEngine:
         self.calls.append({"n": n, "B": len(conversations), "temperature": temperature, "max_tokens": max_tokens})
         outs = []
         for conv in conversations:
-            if conv[0]["content"] == ASSERT_SYSTEM:
-                problem = self._lookup(conv[-1]["content"].split("Task:\n", 1)[-1].rsplit("\n\n", 1)[0])
+            if conv[0]["content"] == ASSERT_SYSTEM:  # the reply is prefilled up to "assert ": continue it
+                problem = self._lookup(conv[1]["content"].split("Task:\n", 1)[-1].rsplit("\n\n", 1)[0])
                 test = self.task.visible_test(problem) if problem is not None else "assert False"
-                outs.append([f"```python\n{test}\n```"] * n)
+                outs.append([test.strip().removeprefix("assert").lstrip() + "\n"] * n)
                 continue
             problem = self._lookup(problem_of(conv))
             role = self.task.prompts.role_of(conv)

@@ -213,7 +213,8 @@ def _pre_check(answer) -> str | None:
 def check_many(pairs: list[tuple[object, Problem]], timeout: float = TEST_TIMEOUT, parallel: int = 2,
                progress: bool = False) -> list[CheckResult]:
     """Check many (code answer, problem) pairs in the sandbox, ``parallel`` at a time; identical
-    pairs run once. Never raises on a malformed answer: it is invalid with a reason."""
+    pairs (same code, same problem, same tests) run once. Never raises on a malformed answer: it is
+    invalid with a reason."""
     out: list[CheckResult | None] = [None] * len(pairs)
     to_run: dict[tuple, list[int]] = {}
     for i, (answer, problem) in enumerate(pairs):
@@ -221,10 +222,11 @@ def check_many(pairs: list[tuple[object, Problem]], timeout: float = TEST_TIMEOU
         if why is not None:
             out[i] = CheckResult(False, why)
         else:
-            to_run.setdefault((answer, problem.answer.task_id), []).append(i)
+            # the tests are part of the key: the execution verifiers run one plan against M different asserts
+            to_run.setdefault((answer, problem.answer.task_id, tuple(problem.answer.tests)), []).append(i)
     keys = list(to_run)
     markers = [f"VRR-ALL-TESTS-PASSED-{secrets.token_hex(16)}" for _ in keys]
-    programs = [_harness(code, pairs[to_run[(code, tid)][0]][1].answer, mk) for (code, tid), mk in zip(keys, markers)]
+    programs = [_harness(key[0], pairs[to_run[key][0]][1].answer, mk) for key, mk in zip(keys, markers)]
     results = run_many(programs, timeout=max(WALL_TIMEOUT, timeout), parallel=parallel, progress=progress,
                        desc="mbpp tests", cpu_limit=timeout)
     for key, marker, r in zip(keys, markers, results):
