@@ -30,6 +30,7 @@ from .identifiability import (  # noqa: F401
     parameter_intervals,
     crossfit_intervals,
     error_radius,
+    radius_grid,
     sign_identifiable,
     JDiagnostic,
     labeled_j_diagnostic,

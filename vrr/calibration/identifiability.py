@@ -177,14 +177,23 @@ def error_radius(S, M: int, point: dict, intervals: dict, grid: int = 5) -> tupl
     """
     g_hat = _gain_path(S, M, point)
     radius = np.zeros_like(g_hat)
+    for params in radius_grid(intervals, grid):
+        radius = np.maximum(radius, np.abs(_gain_path(S, M, params) - g_hat))
+    return g_hat, radius
+
+
+def radius_grid(intervals: dict, grid: int = 5):
+    """The points of the parameter box that the error radius B_k searches (App. A "Error Radius"):
+    ``grid`` evenly spaced values per parameter, corners included, one dict of parameter values per
+    point (values are scalars or per-instance arrays like the interval endpoints). :func:`error_radius`
+    and the online controller (which carries one belief per point, ``vrr.policies.online``) both use it."""
     levels = np.linspace(0.0, 1.0, max(2, grid))
     for fractions in itertools.product(levels, repeat=len(PARAM_NAMES)):
         params = {}
         for name, f in zip(PARAM_NAMES, fractions):
             lo, hi = (np.asarray(v, dtype=float) for v in intervals[name])
             params[name] = lo + f * (hi - lo)
-        radius = np.maximum(radius, np.abs(_gain_path(S, M, params) - g_hat))
-    return g_hat, radius
+        yield params
 
 
 def sign_identifiable(g_hat, radius, tau: float = 0.0):

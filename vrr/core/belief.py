@@ -84,11 +84,26 @@ def should_repair(belief, alpha, beta, tau: float = 0.0):
     return out if np.ndim(out) else bool(out)
 
 
+def per_round(param, n: int, rounds: int, k: int):
+    """Column k of a parameter given per instance ([N] or scalar) or per round and instance ([N, K+1]).
+
+    Round-dependent repair rates alpha_t, beta_t are [N, K+1] arrays whose column k holds the rates of
+    the repair that follows round k (the last column is never used for a prediction).
+    """
+    param = np.asarray(param, dtype=float)
+    if param.ndim == 2:
+        if param.shape != (n, rounds):
+            raise ValueError(f"a per-round parameter must have shape {(n, rounds)}, got {param.shape}")
+        return param[:, k]
+    return param
+
+
 def filter_beliefs(S, M: int, rho0, rho1, alpha, beta, pi):
     """Run the update-predict recursion over a whole frozen trajectory (Eqs. 5-6).
 
     ``S`` has shape [N, K+1]; parameters broadcast against [N] (per-instance parameters, as
-    under cross-fitting, are arrays of length N). Returns ``(b, b_minus)``, both [N, K+1]:
+    under cross-fitting, are arrays of length N). ``alpha`` and ``beta`` may also be [N, K+1]
+    (round-dependent alpha_t, beta_t, see :func:`per_round`). Returns ``(b, b_minus)``, both [N, K+1]:
     the posterior b_k after round k's votes and the predictive belief b_k^- before them,
     assuming repair happened before every round k >= 1 (the frozen protocol).
     """
@@ -100,5 +115,5 @@ def filter_beliefs(S, M: int, rho0, rho1, alpha, beta, pi):
     for k in range(rounds):
         b_minus[:, k] = prior
         b[:, k] = belief_update(prior, S[:, k], M, rho0, rho1)
-        prior = predict(b[:, k], alpha, beta)
+        prior = predict(b[:, k], per_round(alpha, n, rounds, k), per_round(beta, n, rounds, k))
     return b, b_minus

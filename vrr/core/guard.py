@@ -5,6 +5,22 @@ import numpy as np
 from scipy import stats
 
 
+def keep_best_step(best_round, best_votes, k: int, S_k, delta: int):
+    """One round of the retention rule, Eq. 9 (guarded keep-best): the incumbent after round k.
+
+    c_k = p_k if S(p_k) >= S(c_{k-1}) + delta, else c_{k-1}. ``best_round``, ``best_votes`` are the
+    incumbent's round and vote count before round k (scalars or per-instance arrays); returns the
+    updated ``(best_round, best_votes)``. :func:`keep_best` and the online controller
+    (``vrr.policies.online``) both step with it.
+    """
+    replace = np.asarray(S_k) >= np.asarray(best_votes) + delta
+    best_round = np.where(replace, k, best_round)
+    best_votes = np.where(replace, S_k, best_votes)
+    if best_round.ndim == 0:
+        return int(best_round), int(best_votes)
+    return best_round, best_votes
+
+
 def keep_best(S, delta: int) -> np.ndarray:
     """Incumbent round after each round under the retention rule, Eq. 9 (guarded keep-best).
 
@@ -18,9 +34,7 @@ def keep_best(S, delta: int) -> np.ndarray:
     best_round = np.zeros(n, dtype=np.int64)
     best_votes = S[:, 0].astype(np.int64)
     for k in range(1, rounds):
-        replace = S[:, k] >= best_votes + delta
-        best_round = np.where(replace, k, best_round)
-        best_votes = np.where(replace, S[:, k], best_votes)
+        best_round, best_votes = keep_best_step(best_round, best_votes, k, S[:, k], delta)
         incumbent[:, k] = best_round
     return incumbent
 

@@ -98,21 +98,39 @@ def _tpm_params(setting: Setting, config: ReplayConfig) -> tuple[dict, str]:
     return cf.as_kwargs(), "labeled estimates (cross-fit)"
 
 
+def j_diagnostic(setting: Setting, folds: np.ndarray, fold: int | None, config: ReplayConfig) -> float:
+    """Algorithm 1 line 1: the held-out labeled J-hat of one fold (Sec. 4.3): on the probe when it has
+    labels, else on the round-0 votes of the fold's training instances (all instances for ``fold=None``).
+    NaN when a class is absent (separation cannot be shown)."""
+    if setting.probe_S is not None and setting.probe_y is not None:
+        S, y, M = setting.probe_S, setting.probe_y, setting.probe_M
+    else:
+        train = np.ones(setting.S.shape[0], dtype=bool) if fold is None else folds != fold
+        S, y, M = setting.S[train, 0], setting.y[train, 0], setting.M
+    try:
+        return labeled_j_diagnostic(S, y, M, n_resamples=200, seed=config.seed).j_hat
+    except ValueError:  # one class absent: separation cannot be shown
+        return float("nan")
+
+
 def _j_stop_mode(setting: Setting, folds: np.ndarray, config: ReplayConfig) -> tuple[np.ndarray, list]:
-    """Algorithm 1 line 1: held-out labeled J diagnostic per fold (probe if it has labels)."""
-    diags = []
-    for f in range(config.n_folds):
-        if setting.probe_S is not None and setting.probe_y is not None:
-            S, y, M = setting.probe_S, setting.probe_y, setting.probe_M
-        else:
-            train = folds != f
-            S, y, M = setting.S[train, 0], setting.y[train, 0], setting.M
-        try:
-            diags.append(labeled_j_diagnostic(S, y, M, n_resamples=200, seed=config.seed).j_hat)
-        except ValueError:  # one class absent: separation cannot be shown
-            diags.append(float("nan"))
+    """Algorithm 1 line 1 per instance: Stop mode where its fold's J-hat >= J_min (NaN counts as below)."""
+    diags = [j_diagnostic(setting, folds, f, config) for f in range(config.n_folds)]
     j = np.array(diags)
     return np.nan_to_num(j, nan=-1.0)[folds] >= config.j_min, diags
+
+
+def algorithm1_inputs(setting: Setting, cf: CrossFit, config: ReplayConfig) -> dict:
+    """What Algorithm 1 needs besides the point estimates, per instance under cross-fitting: the
+    bootstrap parameter box behind B_k (``intervals``), G-hat and B_k (``g_hat``, ``radius``, [N, K+1]),
+    the J_min switch (``stop_mode``) and each fold's J-hat (``j_per_fold``)."""
+    S, y, M = setting.S, setting.y, setting.M
+    intervals = crossfit_intervals(cf, config.eta, S=S, y=y, M=M, seed=config.seed, method=config.method,
+                                   vote_rounds=config.vote_rounds, max_pairs=config.max_pairs,
+                                   options=config.estimator, **probe_kwargs(setting, config))
+    g_hat, radius = error_radius(S, M, cf.as_kwargs(), intervals)
+    stop_mode, diags = _j_stop_mode(setting, cf.folds, config)
+    return {"intervals": intervals, "g_hat": g_hat, "radius": radius, "stop_mode": stop_mode, "j_per_fold": diags}
 
 
 DEFAULT_POLICIES = ("No repair", "Majority stopping", "ConfStop", "Fixed", "Accepted-first",
@@ -174,14 +192,10 @@ def replay(setting: Setting, config: ReplayConfig = ReplayConfig(),
         elif name == "VRR-Guard":
             out[name] = P.vrr_guard(S, config.delta)
         elif name == "Algorithm 1":
-            intervals = crossfit_intervals(cf, config.eta, S=S, y=y, M=M, seed=config.seed, method=config.method,
-                                           vote_rounds=config.vote_rounds, max_pairs=config.max_pairs,
-                                           options=config.estimator, **probe_kwargs(setting, config))
-            _, radius = error_radius(S, M, est, intervals)
-            stop_mode, diags = _j_stop_mode(setting, cf.folds, config)
-            extras["j_diagnostic_per_fold"] = diags
-            extras["error_radius_mean"] = float(radius.mean())
-            out[name] = P.algorithm1(S, M, radius=radius, stop_mode=stop_mode, delta=config.delta,
+            alg = algorithm1_inputs(setting, cf, config)
+            extras["j_diagnostic_per_fold"] = alg["j_per_fold"]
+            extras["error_radius_mean"] = float(alg["radius"].mean())
+            out[name] = P.algorithm1(S, M, radius=alg["radius"], stop_mode=alg["stop_mode"], delta=config.delta,
                                      tau=config.tau, **est)
         elif name == TPM:
             params, tpm_source = _tpm_params(setting, config)
@@ -237,3 +251,76 @@ def load_calibration(path: str | os.PathLike) -> tuple[CrossFit, ReplayConfig]:
     except TypeError as exc:
         raise ValueError(f"{path}: field 'config': {exc}") from exc
     return CrossFit.from_dict(data["crossfit"], source=str(path)), config
+
+
+# ---------------------------------------------------------------- the online controller's parameters
+def controller_parameters(path: str | os.PathLike, fold: int | None = None, arrays=None,
+                          policy: str = "algorithm1", **options) -> dict:
+    """Keyword arguments of ``OnlineController`` from a saved calibration (Sec. 4.2; Algorithm 1 inputs).
+
+    ``fold``: that cross-fit fold's parameters, bootstrap box and J-hat (exactly what replay uses for the
+    fold's instances); ``None``: refit on all calibration instances with the saved config (deployment).
+    ``arrays``: a ``Setting`` or the path of its ``arrays.npz`` (default: the file the calibration names
+    in ``arrays_path``, looked up as given and under the repository). Without arrays (``arrays=False`` or
+    none found) only ``fold`` works, B_k's box is the Clopper-Pearson box of the saved counts and J-hat
+    the saved probe diagnostic. ``options`` override the saved config (``delta``, ``tau``, ``j_min``,
+    ``eta``) or pass through to the controller (``M``, ``k_max``, ``intervals``, ``j_hat``, ...).
+    """
+    from ..calibration.estimators import calibrate
+    from ..calibration.identifiability import bootstrap_intervals, parameter_intervals
+    from ..common.paths import REPO_ROOT
+    from ..data.contract import load_setting
+
+    path = Path(path)
+    cf, config = load_calibration(path)
+    saved = read_json(path)
+    eta = options.pop("eta", config.eta)
+    config = config.with_policy(**{k: options.pop(k) for k in ("delta", "tau", "j_min") if k in options})
+    setting = arrays if isinstance(arrays, Setting) else None
+    if setting is None and arrays is not False:
+        candidates = [Path(arrays)] if arrays is not None else (
+            [Path(saved["arrays_path"]), REPO_ROOT / saved["arrays_path"]] if saved.get("arrays_path") else [])
+        found = [c for c in candidates if c.is_file()]
+        if arrays is not None and not found:
+            raise FileNotFoundError(f"{arrays}: arrays file not found (for the calibration {path})")
+        setting = load_setting(found[0]) if found else None
+    if fold is not None and not 0 <= fold < len(cf.fits):
+        raise ValueError(f"{path}: field 'crossfit.fits': fold {fold} outside 0..{len(cf.fits) - 1}")
+    if setting is not None and setting.S.shape[0] != cf.folds.size:
+        raise ValueError(f"{path}: field 'crossfit.folds': {cf.folds.size} instances, the arrays have "
+                         f"{setting.S.shape[0]}")
+    out = {"policy": policy, "delta": config.delta, "tau": config.tau, "j_min": config.j_min,
+           "source": str(path) if fold is None else f"{path} (fold {fold})"}
+    if setting is not None:
+        out.update(M=setting.M, k_max=setting.k_max)
+        train = np.ones(cf.folds.size, dtype=bool) if fold is None else cf.folds != fold
+        kwargs = dict(method=config.method, vote_rounds=config.vote_rounds, max_pairs=config.max_pairs,
+                      options=config.estimator, **probe_kwargs(setting, config))
+        if fold is None:
+            fit = calibrate(setting.S, setting.y, setting.M, seed=config.seed, **kwargs)
+        else:
+            fit = cf.fits[fold]
+        out.update(fit.params.as_dict())
+        if policy == "algorithm1" and "intervals" not in options:
+            out["intervals"] = bootstrap_intervals(setting.S[train], setting.y[train], setting.M, eta=eta,
+                                                   seed=config.seed + (0 if fold is None else fold), **kwargs)
+        if policy == "algorithm1" and "j_hat" not in options and "stop_mode" not in options:
+            out["j_hat"] = j_diagnostic(setting, cf.folds, fold, config)
+    else:
+        if fold is None:
+            raise ValueError(f"{path}: field 'arrays_path': refitting on all instances needs the setting's "
+                             "arrays; pass arrays=... or fold=<i> to use one cross-fit fold")
+        fit = cf.fits[fold]
+        out.update(fit.params.as_dict())
+        if policy == "algorithm1" and "intervals" not in options:
+            out["intervals"] = parameter_intervals(fit, eta)
+        if policy == "algorithm1" and "j_hat" not in options and "stop_mode" not in options:
+            probe = saved.get("probe") or {}
+            if "j_hat" not in probe:
+                raise ValueError(f"{path}: field 'probe.j_hat': no saved J diagnostic; pass the arrays or j_hat")
+            out["j_hat"] = float(probe["j_hat"])
+    out.update(options)
+    for name in ("M", "k_max"):
+        if name not in out:
+            raise ValueError(f"{path}: field 'arrays_path': without the arrays, pass {name}=... (the loop's budget)")
+    return out

@@ -92,17 +92,49 @@ def verifier_best(S) -> PolicyOutcome:
     return _full_budget(np.argmax(S, axis=1), S.shape[1] - 1)
 
 
+def stop_commits(g_hat, alpha, tau: float = 0.0):
+    """VRR-Stop's per-round commit test, Eqs. 6-7 (stopping rule of Sec. 4.1): commit p_k when
+    G-hat_k <= tau, and always when alpha <= tau (repair cannot gain). The vectorized policies and the
+    online controller (``vrr.policies.online``) both decide with it."""
+    out = (np.asarray(g_hat) <= tau) | (np.asarray(alpha) <= tau)
+    return out if np.ndim(out) else bool(out)
+
+
+def algorithm1_step(g_hat, radius, tau: float = 0.0):
+    """Algorithm 1's Stop-mode test for one round (lines 10-14; Eq. 8, sign identifiability).
+
+    Returns ``(commit, unidentifiable)``: commit p_k when G-hat_k + B_k <= tau; otherwise, when
+    G-hat_k - B_k <= tau the sign is not identifiable and the instance switches to Guard mode.
+    """
+    g_hat, radius = np.asarray(g_hat, dtype=float), np.asarray(radius, dtype=float)
+    commit = g_hat + radius <= tau
+    unidentifiable = ~commit & (g_hat - radius <= tau)
+    if np.ndim(commit):
+        return commit, unidentifiable
+    return bool(commit), bool(unidentifiable)
+
+
+def _rate_matrix(param, n: int, rounds: int) -> np.ndarray:
+    """alpha or beta as [N, K+1]: per instance ([N] or scalar) repeated over rounds, or per round as given."""
+    param = np.asarray(param, dtype=float)
+    if param.ndim == 2:
+        return param
+    return np.broadcast_to(np.broadcast_to(param, (n,))[:, None], (n, rounds))
+
+
 def vrr_stop(S, M: int, rho0, rho1, alpha, beta, pi, tau: float = 0.0) -> PolicyOutcome:
     """VRR-Stop (Sec. 4.1, Eqs. 5-7): filter votes into b_k, commit p_k at the first round with
     G_k = (1-b_k) alpha - b_k beta <= tau (no repair at all when alpha <= tau), else at K_max.
 
-    Parameters may be scalars or per-instance arrays (cross-fitting). With the true
-    parameters this is the TPM reference.
+    Parameters may be scalars or per-instance arrays (cross-fitting). ``alpha`` and ``beta`` may also be
+    [N, K+1] round-dependent rates alpha_t, beta_t (column k: the repair after round k), the VRR-Stop-t
+    variant (``vrr.calibration.round_dynamics``). With the true parameters this is the TPM reference.
     """
+    S = np.asarray(S)
     b, _ = filter_beliefs(S, M, rho0, rho1, alpha, beta, pi)
-    alpha_col = np.broadcast_to(np.asarray(alpha, dtype=float), (b.shape[0],))[:, None]
-    beta_col = np.broadcast_to(np.asarray(beta, dtype=float), (b.shape[0],))[:, None]
-    commit_now = (gain(b, alpha_col, beta_col) <= tau) | (alpha_col <= tau)
+    alpha_m = _rate_matrix(alpha, *b.shape)
+    beta_m = _rate_matrix(beta, *b.shape)
+    commit_now = stop_commits(gain(b, alpha_m, beta_m), alpha_m, tau)
     return _stopping(_first_true_or_last(commit_now))
 
 
@@ -143,11 +175,11 @@ def algorithm1(S, M: int, rho0, rho1, alpha, beta, pi, radius, stop_mode,
     used = np.full(n, k_max, dtype=np.int64)
     for k in range(rounds):
         open_ = committed < 0
-        commit_now = open_ & stop & (g_hat[:, k] + radius[:, k] <= tau)
+        commit, unidentifiable = algorithm1_step(g_hat[:, k], radius[:, k], tau)
+        commit_now = open_ & stop & commit
         committed[commit_now] = k
         used[commit_now] = k
-        unidentifiable = open_ & ~commit_now & stop & (g_hat[:, k] - radius[:, k] <= tau)
-        stop[unidentifiable] = False
+        stop[open_ & stop & unidentifiable] = False
     still_open = committed < 0
     committed[still_open] = np.where(stop[still_open], k_max, incumbent[still_open, k_max])
     return PolicyOutcome(committed, used)
