@@ -130,7 +130,11 @@ class VRRRefine(dspy.Module):
         return pred, trace
 
     def _vote(self, judge_lm, rollout: int, kwargs: dict, pred: dspy.Prediction, k: int) -> int:
-        where = f"judge vote in round {k}"
+        # Like Refine's reward_fn, the judge's calls stay out of the program's trace.
+        with dspy.context(trace=[]):
+            return self._judge_vote(judge_lm, rollout, kwargs, pred, f"judge vote in round {k}")
+
+    def _judge_vote(self, judge_lm, rollout: int, kwargs: dict, pred: dspy.Prediction, where: str) -> int:
         if self._judge_fn is not None:
             return as_vote(self._judge_fn(kwargs, pred), where)
         available = {**kwargs, **{key: pred[key] for key in pred.keys()}}
