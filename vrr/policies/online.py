@@ -312,7 +312,9 @@ class OnlineController:
         out = []
         for name in ("alpha", "beta"):
             v = self._cfg[name]
-            out.append(v[min(k, len(v) - 1)] if isinstance(v, list) else v)
+            if isinstance(v, list):  # K_max = 0: no repair, so no rate (the only round commits)
+                v = v[min(k, len(v) - 1)] if v else float("nan")
+            out.append(v)
         return out[0], out[1]
 
     def _evaluate(self, s: int, n: int) -> tuple[float, float, float, np.ndarray | None]:

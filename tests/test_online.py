@@ -1,0 +1,271 @@
+"""The online controller (vrr.policies.online): round by round it reproduces the offline policies exactly,
+its state round-trips through JSON mid-trajectory, and bad input is refused with the field named."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from vrr.calibration.identifiability import PARAM_NAMES, error_radius
+from vrr.common.paths import REPO_ROOT
+from vrr.core.belief import filter_beliefs, gain
+from vrr.data.contract import load_setting
+from vrr.policies import rules as P
+from vrr.policies.online import ControllerStateError, Decision, OnlineController
+from vrr.policies.replay import algorithm1_inputs, load_calibration
+from vrr.policies.sequential import fold_controllers, run_controller
+
+CALIBRATIONS = sorted((REPO_ROOT / "results").glob("*/calibration.json"))
+
+
+def _committed_setting(path: Path):
+    cf, config = load_calibration(path)
+    arrays = REPO_ROOT / json.loads(path.read_text())["arrays_path"]
+    return load_setting(arrays), cf, config
+
+
+def test_every_committed_setting_is_covered():
+    names = {p.parent.name for p in CALIBRATIONS}
+    assert {"gsm8k_cpu_favorable", "gsm8k_cpu_pmstress", "sim_nonstationary", "sim_qwen3b_pmstress"} <= names
+    assert len(names) >= 12
+
+
+@pytest.mark.parametrize("path", CALIBRATIONS, ids=lambda p: p.parent.name)
+def test_controller_reproduces_offline_policies_on_committed_settings(path):
+    """Per cross-fit fold, the controller fed one round at a time commits the same round and runs the same
+    repairs as the vectorized VRR-Stop, VRR-Guard and Algorithm 1 (and the TPM reference) on every instance."""
+    setting, cf, config = _committed_setting(path)
+    S, M = setting.S, setting.M
+    assert cf.folds.size == S.shape[0]
+    alg = algorithm1_inputs(setting, cf, config)
+    offline = {
+        "vrr_stop": P.vrr_stop(S, M, tau=config.tau, **cf.as_kwargs()),
+        "vrr_guard": P.vrr_guard(S, config.delta),
+        "algorithm1": P.algorithm1(S, M, radius=alg["radius"], stop_mode=alg["stop_mode"], delta=config.delta,
+                                   tau=config.tau, **cf.as_kwargs()),
+    }
+    for policy, expected in offline.items():
+        run = run_controller(fold_controllers(setting, cf, config, policy, alg_inputs=alg), S, folds=cf.folds)
+        np.testing.assert_array_equal(run.outcome.committed, expected.committed, err_msg=policy)
+        np.testing.assert_array_equal(run.outcome.rounds_used, expected.rounds_used, err_msg=policy)
+        # fixed-M cost accounting: M votes per round evaluated, one repair per repair decision
+        np.testing.assert_array_equal(run.verifier_calls, M * (run.repair_calls + 1))
+    truth = setting.meta.get("true_params")
+    if truth:
+        tpm = OnlineController.from_parameters(M=M, k_max=setting.k_max, policy="vrr_stop",
+                                               **{k: truth[k] for k in PARAM_NAMES})
+        run = run_controller(tpm, S)
+        np.testing.assert_array_equal(run.outcome.committed, P.vrr_stop(S, M, **{k: truth[k] for k in PARAM_NAMES}).committed)
+
+
+# ------------------------------------------------------------------ random trajectories and parameters
+unit = st.floats(0.0, 1.0)
+inner = st.floats(0.01, 0.99)
+
+
+@st.composite
+def problems(draw):
+    M = draw(st.integers(1, 9))
+    k_max = draw(st.integers(0, 5))
+    n = draw(st.integers(1, 12))
+    S = np.array(draw(st.lists(st.lists(st.integers(0, M), min_size=k_max + 1, max_size=k_max + 1),
+                               min_size=n, max_size=n)))
+    params = {name: draw(inner) for name in PARAM_NAMES}
+    box = {}
+    for name in PARAM_NAMES:
+        a, b = sorted((draw(unit), draw(unit)))
+        box[name] = (a, b)
+    return M, k_max, S, params, box
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems(), st.sampled_from([0.0, 0.05, -0.02]), st.integers(0, 6), st.booleans())
+def test_controller_equals_offline_on_random_trajectories(problem, tau, delta, stop_mode):
+    M, k_max, S, params, box = problem
+    common = dict(M=M, k_max=k_max, delta=delta, tau=tau, **params)
+    stop = run_controller(OnlineController.from_parameters(policy="vrr_stop", **common), S).outcome
+    expected = P.vrr_stop(S, M, tau=tau, **params)
+    assert stop.committed.tolist() == expected.committed.tolist()
+    assert stop.rounds_used.tolist() == expected.rounds_used.tolist()
+    guard = run_controller(OnlineController.from_parameters(policy="vrr_guard", **common), S).outcome
+    assert guard.committed.tolist() == P.vrr_guard(S, delta).committed.tolist()
+    assert guard.rounds_used.tolist() == [k_max] * S.shape[0]
+    ctl = OnlineController.from_parameters(policy="algorithm1", intervals=box, stop_mode=stop_mode, **common)
+    alg = run_controller(ctl, S).outcome
+    _, radius = error_radius(S, M, params, box)
+    expected = P.algorithm1(S, M, radius=radius, stop_mode=stop_mode, delta=delta, tau=tau, **params)
+    assert alg.committed.tolist() == expected.committed.tolist()
+    assert alg.rounds_used.tolist() == expected.rounds_used.tolist()
+
+
+@settings(max_examples=40, deadline=None)
+@given(problems(), st.data())
+def test_controller_with_round_dependent_rates_equals_offline_vrr_stop_t(problem, data):
+    M, k_max, S, params, _ = problem
+    alpha_t = [data.draw(inner) for _ in range(k_max)]
+    beta_t = [data.draw(inner) for _ in range(k_max)]
+    ctl = OnlineController.from_parameters(M=M, k_max=k_max, policy="vrr_stop", rho0=params["rho0"],
+                                           rho1=params["rho1"], pi=params["pi"], alpha=alpha_t, beta=beta_t)
+    n = S.shape[0]
+    pad = lambda v: np.tile(np.array(v + v[-1:] if v else [0.5], dtype=float), (n, 1))  # noqa: E731
+    expected = P.vrr_stop(S, M, rho0=params["rho0"], rho1=params["rho1"], pi=params["pi"],
+                          alpha=pad(alpha_t), beta=pad(beta_t))
+    assert run_controller(ctl, S).outcome.committed.tolist() == expected.committed.tolist()
+
+
+def test_decision_reports_eq5_belief_eq6_gain_and_costs():
+    """b_k and G-hat_k against the closed forms of Eqs. 5-6 written out by hand; calls counted."""
+    rho0, rho1, alpha, beta, pi, M = 0.3, 0.2, 0.4, 0.25, 0.5, 4
+    ctl = OnlineController.from_parameters(M=M, k_max=3, rho0=rho0, rho1=rho1, alpha=alpha, beta=beta, pi=pi,
+                                           policy="vrr_stop")
+    d = ctl.observe([1, 0, 0, 0])
+    num = pi * (1 - rho1) ** 1 * rho1 ** 3
+    b0 = num / (num + (1 - pi) * rho0 ** 1 * (1 - rho0) ** 3)
+    assert d.belief == pytest.approx(b0, rel=1e-12)
+    assert d.gain == pytest.approx((1 - b0) * alpha - b0 * beta, rel=1e-12)
+    assert d.gain > 0 and d.action == "repair" and d.candidate == 0
+    assert (d.verifier_calls, d.repair_calls, d.votes, d.accepts) == (4, 1, 4, 1)
+    prior = (1 - beta) * b0 + alpha * (1 - b0)
+    d = ctl.observe([1, 1, 1, 1])
+    num = prior * (1 - rho1) ** 4
+    b1 = num / (num + (1 - prior) * rho0 ** 4)
+    assert d.belief == pytest.approx(b1, rel=1e-12)
+    assert d.action == "commit" and d.candidate == 1 and (d.verifier_calls, d.repair_calls) == (8, 1)
+    with pytest.raises(RuntimeError, match="start"):
+        ctl.add_vote(1)
+    assert ctl.start().round == 0 and ctl.last is None
+
+
+def test_algorithm1_mode_reasons():
+    box = {name: (0.2, 0.6) for name in PARAM_NAMES}
+    common = dict(M=8, k_max=3, rho0=0.3, rho1=0.2, alpha=0.4, beta=0.3, pi=0.5, intervals=box)
+    low = OnlineController.from_parameters(j_hat=0.05, j_min=0.1, **common)
+    d = low.observe([1] * 8)
+    assert d.mode == "guard" and "below J_min" in d.reason and d.action == "repair" and np.isnan(d.radius)
+    nan = OnlineController.from_parameters(j_hat=float("nan"), **common)
+    assert nan.observe([0] * 8).mode == "guard"
+    high = OnlineController.from_parameters(j_hat=0.5, **common)
+    d = high.observe([1, 0, 1, 0, 1, 0, 1, 0])
+    assert d.radius > 0 and d.mode in ("stop", "guard")
+    if d.mode == "guard":
+        assert "not identifiable" in d.reason and "Eq. 8" in d.reason
+    with pytest.raises(ValueError, match="j_hat"):
+        OnlineController.from_parameters(**{k: v for k, v in common.items()})
+
+
+# ------------------------------------------------------------------ state
+@settings(max_examples=40, deadline=None)
+@given(problems(), st.integers(0, 200), st.sampled_from(["off", "exact", "predictive"]), st.integers(0, 5))
+def test_json_round_trip_mid_trajectory_resumes_identically(problem, cut, sequential, seed):
+    """Save after any number of votes (mid-round too), load, continue: the same decisions as without the break."""
+    M, k_max, S, params, box = problem
+    rng = np.random.default_rng(seed)
+    votes = [[int(v) for v in rng.permutation([1] * s + [0] * (M - s))] for s in S[0]]
+    def make():
+        return OnlineController.from_parameters(M=M, k_max=k_max, policy="algorithm1", intervals=box, j_hat=0.3,
+                                                sequential=sequential, grid=3, **params)
+
+    def run(ctl, cut):
+        decisions, fed = [], 0
+        for k in range(k_max + 1):
+            j = 0
+            while ctl.need_vote():
+                if fed == cut:
+                    ctl = OnlineController.from_json(ctl.to_json())
+                ctl.add_vote(votes[k][j])
+                j += 1
+                fed += 1
+            decisions.append(ctl.decide())
+            if decisions[-1].committed:
+                return decisions, ctl
+        raise AssertionError("no commit at K_max")
+
+    straight, a = run(make(), -1)
+    resumed, b = run(make(), cut)
+    assert json.dumps([d.as_dict() for d in straight]) == json.dumps([d.as_dict() for d in resumed])  # NaN-safe
+    assert a.to_json() == b.to_json()
+
+
+def test_save_and_load_file(tmp_path):
+    ctl = OnlineController.from_parameters(M=3, k_max=2, rho0=0.2, rho1=0.1, alpha=0.3, beta=0.2, pi=0.6,
+                                           policy="vrr_guard")
+    ctl.observe([1, 1, 0])
+    path = ctl.save(tmp_path / "state.json")
+    assert OnlineController.load(path).to_json() == ctl.to_json()
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda d: d.pop("state"), "state"),
+    (lambda d: d["state"].update(prior=1.5), "state.prior"),
+    (lambda d: d["state"].update(round=7), "state.round"),
+    (lambda d: d["state"].update(accepts=3, votes=1), "state.accepts"),
+    (lambda d: d["state"].update(mode="fast"), "state.mode"),
+    (lambda d: d["config"].update(policy="magic"), "config.policy"),
+    (lambda d: d["config"].update(rho0="x"), "config.rho0"),
+    (lambda d: d["config"].update(extra=1), "config.extra"),
+    (lambda d: d.update(version=99), "version"),
+])
+def test_malformed_state_names_the_field(tmp_path, mutate, field):
+    ctl = OnlineController.from_parameters(M=3, k_max=2, rho0=0.2, rho1=0.1, alpha=0.3, beta=0.2, pi=0.6,
+                                           policy="vrr_stop")
+    data = ctl.to_dict()
+    mutate(data)
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ControllerStateError, match=f"{path}: field '{field}'"):
+        OnlineController.load(path)
+    path.write_text("{not json")
+    with pytest.raises(ControllerStateError, match=str(path)):
+        OnlineController.load(path)
+
+
+def test_bad_votes_and_parameters_are_refused():
+    ctl = OnlineController.from_parameters(M=2, k_max=1, rho0=0.2, rho1=0.1, alpha=0.3, beta=0.2, pi=0.6,
+                                           policy="vrr_stop")
+    with pytest.raises(ValueError, match="0 .reject. or 1"):
+        ctl.add_vote(2)
+    with pytest.raises(ValueError, match="room for 2"):
+        ctl.observe([1, 1, 1])
+    ctl.add_vote(1)
+    with pytest.raises(ValueError, match="do not decide"):
+        ctl.decide()
+    with pytest.raises(ValueError, match="field 'alpha'"):
+        OnlineController.from_parameters(M=2, k_max=3, rho0=0.2, rho1=0.1, alpha=[0.3], beta=0.2, pi=0.6)
+    with pytest.raises(ValueError, match="field 'intervals'"):
+        OnlineController.from_parameters(M=2, k_max=3, rho0=0.2, rho1=0.1, alpha=0.3, beta=0.2, pi=0.6, j_hat=0.4)
+
+
+def test_from_calibration_uses_the_folds_replay_uses():
+    path = REPO_ROOT / "results" / "sim_qwen3b_pmstress" / "calibration.json"
+    setting, cf, config = _committed_setting(path)
+    ctl = OnlineController.from_calibration(path, fold=2)
+    c = ctl.config
+    for name in PARAM_NAMES:
+        assert c[name] == getattr(cf.fits[2].params, name)
+    alg = algorithm1_inputs(setting, cf, config)
+    first = int(np.flatnonzero(cf.folds == 2)[0])
+    for name in PARAM_NAMES:
+        assert c["intervals"][name] == [float(alg["intervals"][name][0][first]), float(alg["intervals"][name][1][first])]
+    assert c["j_hat"] == alg["j_per_fold"][2] and (c["M"], c["k_max"]) == (setting.M, setting.k_max)
+    deployed = OnlineController.from_calibration(path)          # refit on every calibration instance
+    assert 0 < deployed.config["rho0"] < 1 and deployed.config["source"] == str(path)
+    no_arrays = OnlineController.from_calibration(path, fold=0, arrays=False, M=8, k_max=5)
+    assert no_arrays.config["j_hat"] == json.loads(path.read_text())["probe"]["j_hat"]
+    with pytest.raises(ValueError, match="arrays_path"):
+        OnlineController.from_calibration(path, arrays=False)
+    assert isinstance(ctl.observe([1] * 8), Decision)
+
+
+def test_round_one_belief_path_matches_filter_beliefs():
+    """The controller's reported b_k and G-hat_k along a trajectory equal filter_beliefs' (Eqs. 5-6)."""
+    S = np.array([[1, 2, 0, 3, 1]])
+    p = dict(rho0=0.35, rho1=0.25, alpha=0.3, beta=0.1, pi=0.2)
+    b, _ = filter_beliefs(S, 4, **p)
+    ctl = OnlineController.from_parameters(M=4, k_max=4, policy="vrr_stop", **p)
+    for k in range(5):
+        d = ctl.observe_count(S[0, k])
+        assert d.belief == b[0, k] and d.gain == gain(b[0, k], p["alpha"], p["beta"])
+        if d.committed:
+            break
