@@ -19,7 +19,8 @@ subpackage     what lives there
 ``label``      text trajectories -> labeled arrays of the data contract
 ``calibration``  EM / MoM / labeled MLE / BB-EM, alpha, beta, pi, cross-fitting (App. A, B, E, I);
                error radius B_k, Eq. 8, Prop. 1, labeled J test, flip-risk grid
-``policies``   baselines, VRR-Stop, VRR-Guard, Algorithm 1, TPM, hindsight (App. A); replay
+``policies``   baselines, VRR-Stop, VRR-Guard, Algorithm 1, TPM, hindsight (App. A); replay;
+               the online controller for live loops, with sequential voting
 ``stats``      bootstrap, paired bootstrap, McNemar (App. G); loop dynamics, ablations (App. C, I)
 ``report``     the paper's tables and figures, the results index
 ``chain``      the step functions the notebooks call (paths, 01 generate)
@@ -44,7 +45,7 @@ _export("vrr.core.model", "NoiseParams", "youden_j", "population_step", "populat
         "population_fixed_point", "class_accept_rates")
 _export("vrr.core.belief", "vote_log_likelihoods", "belief_update", "predict", "gain", "boundary", "should_repair",
         "filter_beliefs")
-_export("vrr.core.guard", "keep_best", "replacement_tail_exact", "hoeffding_bound", "union_bound", "union_bound_exact")
+_export("vrr.core.guard", "keep_best", "keep_best_step", "replacement_tail_exact", "hoeffding_bound", "union_bound", "union_bound_exact")
 _export("vrr.settings", "load_config", "list_settings", "SettingConfigError")
 _export("vrr.data.contract", "Setting", "DataContractError", "load_setting", "save_setting")
 _export("vrr.data.simulate", "simulate_setting", "simulate_from_config", "perturbation_schedule")
@@ -52,11 +53,15 @@ _export("vrr.calibration.estimators", "binomial_mixture_em", "method_of_moments"
         "fit_vote_noise", "transition_rates", "calibrate", "crossfit", "crossfit_folds", "CrossFit", "Calibration",
         "EstimatorOptions")
 _export("vrr.calibration.identifiability", "parameter_intervals", "crossfit_intervals", "error_radius",
-        "sign_identifiable", "labeled_j_diagnostic", "flip_risk_grid")
+        "sign_identifiable", "labeled_j_diagnostic", "flip_risk_grid", "radius_grid")
+_export("vrr.calibration.round_dynamics", "RoundRates", "round_rates", "crossfit_round_rates", "shrinkage_strength")
 _export("vrr.policies.rules", "PolicyOutcome", "no_repair", "fixed_k", "majority_stop", "conf_stop",
-        "accepted_first", "last_accepted", "verifier_best", "vrr_stop", "vrr_guard", "hindsight_best", "algorithm1")
+        "accepted_first", "last_accepted", "verifier_best", "vrr_stop", "vrr_stop_t", "vrr_guard", "hindsight_best",
+        "algorithm1", "stop_commits", "algorithm1_step")
 _export("vrr.policies.replay", "ReplayConfig", "ReplayResult", "replay", "fit_calibration", "save_replay", "load_replay",
-        "load_calibration", "TPM")
+        "load_calibration", "TPM", "algorithm1_inputs", "controller_parameters")
+_export("vrr.policies.online", "OnlineController", "Decision", "ControllerStateError")
+_export("vrr.policies.sequential", "run_controller", "fold_controllers", "vote_orders", "ControllerRun")
 _export("vrr.stats.inference", "bootstrap_ci", "paired_bootstrap", "mcnemar_exact", "bootstrap_means",
         "policy_table")
 _export("vrr.stats.analysis", "loop_dynamics", "damage_statistics", "calibration_summary", "summarize_replay", "setting_statistics", "findings_markdown", "paired_comparisons")

@@ -37,3 +37,12 @@ from .identifiability import (  # noqa: F401
     FlipGrid,
     flip_risk_grid,
 )
+from .round_dynamics import (  # noqa: F401
+    KAPPA_GRID,
+    RoundRates,
+    round_transition_counts,
+    shrinkage_strength,
+    shrunk_rate,
+    round_rates,
+    crossfit_round_rates,
+)

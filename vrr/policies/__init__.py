@@ -1,5 +1,6 @@
 """Stopping policies (App. A, Algorithm 1), vectorized over instances, and their replay over frozen
-trajectories under cross-fitting (Sec. 5.1). ``reference`` holds literal per-instance versions for tests.
+trajectories under cross-fitting (Sec. 5.1); the online controller that runs them inside a live loop, one round
+(or one vote) at a time. ``reference`` holds literal per-instance versions for tests.
 """
 from .rules import (  # noqa: F401
     PolicyOutcome,
@@ -11,9 +12,12 @@ from .rules import (  # noqa: F401
     last_accepted,
     verifier_best,
     vrr_stop,
+    vrr_stop_t,
     vrr_guard,
     hindsight_best,
     algorithm1,
+    stop_commits,
+    algorithm1_step,
 )
 from .replay import (  # noqa: F401
     TPM,
@@ -26,5 +30,10 @@ from .replay import (  # noqa: F401
     fit_calibration,
     load_calibration,
     CALIBRATION_FIELDS,
+    EXTRA_POLICIES,
+    algorithm1_inputs,
+    controller_parameters,
 )
+from .online import OnlineController, Decision, ControllerStateError  # noqa: F401
+from .sequential import run_controller, fold_controllers, vote_orders, ControllerRun  # noqa: F401
 from . import reference  # noqa: F401

@@ -84,6 +84,7 @@ class ReplayResult:
     calibration: CrossFit
     tpm_source: str
     extras: dict = field(default_factory=dict)
+    verifier_calls: dict[str, np.ndarray] = field(default_factory=dict)  # per instance, fixed-M counting
 
 
 def _tpm_params(setting: Setting, config: ReplayConfig) -> tuple[dict, str]:
@@ -136,6 +137,9 @@ def algorithm1_inputs(setting: Setting, cf: CrossFit, config: ReplayConfig) -> d
 DEFAULT_POLICIES = ("No repair", "Majority stopping", "ConfStop", "Fixed", "Accepted-first",
                     "Last-accepted", "Verifier-best", "VRR-Stop", "VRR-Guard", "Algorithm 1",
                     TPM, "Hindsight best")
+# replayed on request (``policies=DEFAULT_POLICIES + EXTRA_POLICIES``): VRR-Stop with round-dependent
+# alpha_t, beta_t (vrr.calibration.round_dynamics; scripts/round_dynamics_table.py)
+EXTRA_POLICIES = ("VRR-Stop-t",)
 
 
 def probe_kwargs(setting: Setting, config: ReplayConfig) -> dict:
@@ -197,15 +201,21 @@ def replay(setting: Setting, config: ReplayConfig = ReplayConfig(),
             extras["error_radius_mean"] = float(alg["radius"].mean())
             out[name] = P.algorithm1(S, M, radius=alg["radius"], stop_mode=alg["stop_mode"], delta=config.delta,
                                      tau=config.tau, **est)
+        elif name == "VRR-Stop-t":
+            from ..calibration.round_dynamics import crossfit_round_rates
+            alpha_t, beta_t, fits = crossfit_round_rates(y, cf, max_pairs=config.max_pairs, seed=config.seed)
+            extras["round_rates_per_fold"] = [f.as_dict() for f in fits]
+            out[name] = P.vrr_stop_t(S, M, est["rho0"], est["rho1"], alpha_t, beta_t, est["pi"], tau=config.tau)
         elif name == TPM:
             params, tpm_source = _tpm_params(setting, config)
             out[name] = P.vrr_stop(S, M, tau=config.tau, **params)
         elif name == "Hindsight best":
             out[name] = P.hindsight_best(y)
         else:
-            raise ValueError(f"unknown policy {name!r}; known: {DEFAULT_POLICIES}")
+            raise ValueError(f"unknown policy {name!r}; known: {DEFAULT_POLICIES + EXTRA_POLICIES}")
     validity = {k: o.validity(y) for k, o in out.items()}
-    return ReplayResult(setting.name, config, out, validity, cf, tpm_source, extras)
+    calls = {k: o.verifier_calls(M) for k, o in out.items()}
+    return ReplayResult(setting.name, config, out, validity, cf, tpm_source, extras, calls)
 
 
 # ---------------------------------------------------------------- the replay file (04 -> 05)
@@ -216,6 +226,7 @@ def save_replay(path: str | os.PathLike, result: ReplayResult) -> Path:
         "committed": np.stack([result.outcomes[k].committed for k in names]),
         "rounds_used": np.stack([result.outcomes[k].rounds_used for k in names]),
         "validity": np.stack([result.validity[k] for k in names]),
+        "verifier_calls": np.stack([result.verifier_calls[k] for k in names]),
         "folds": result.calibration.folds,
         "meta": np.asarray(json.dumps({"policies": names, "setting": result.setting,
                                        "config": result.config.as_dict(), "tpm_source": result.tpm_source,
@@ -225,14 +236,16 @@ def save_replay(path: str | os.PathLike, result: ReplayResult) -> Path:
 
 
 def load_replay(path: str | os.PathLike) -> dict:
-    """Inverse of ``save_replay``: {"policies", "validity": {name: [N]}, "rounds_used", "committed", ...}."""
+    """Inverse of ``save_replay``: {"policies", "validity": {name: [N]}, "rounds_used", "committed",
+    "verifier_calls", ...} ("verifier_calls" is absent from files written before it was saved)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: replay file missing (run 04_replay first)")
     with np.load(path, allow_pickle=False) as z:
         meta = json.loads(str(z["meta"]))
         names = meta["policies"]
-        out = {key: {n: z[key][i] for i, n in enumerate(names)} for key in ("committed", "rounds_used", "validity")}
+        keys = [k for k in ("committed", "rounds_used", "validity", "verifier_calls") if k in z.files]
+        out = {key: {n: z[key][i] for i, n in enumerate(names)} for key in keys}
         out.update(meta)
         out["folds"] = z["folds"]
     return out

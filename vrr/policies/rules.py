@@ -19,10 +19,20 @@ from ..core.guard import keep_best
 
 @dataclass(frozen=True)
 class PolicyOutcome:
-    """Per-instance committed round and repair rounds used."""
+    """Per-instance committed round and repair rounds used; ``reads_votes`` is False for the policies that
+    never query the verifier (no repair, fixed K, hindsight)."""
 
     committed: np.ndarray
     rounds_used: np.ndarray
+    reads_votes: bool = True
+
+    def verifier_calls(self, M: int) -> np.ndarray:
+        """Verifier calls per instance under fixed-M counting (Sec. 4.3 "Each round costs M verifier
+        calls"): M per round evaluated, i.e. M (rounds_used + 1) for a policy that reads votes, 0 otherwise.
+        The online controller's sequential voting (``vrr.policies.online``) needs fewer."""
+        if not self.reads_votes:
+            return np.zeros_like(self.rounds_used)
+        return M * (self.rounds_used + 1)
 
     def validity(self, y) -> np.ndarray:
         """True validity of each committed plan, y[i, committed_i]."""
@@ -36,19 +46,19 @@ def _first_true_or_last(mask: np.ndarray) -> np.ndarray:
     return np.where(mask.any(axis=1), mask.argmax(axis=1), k_max)
 
 
-def _stopping(committed: np.ndarray) -> PolicyOutcome:
+def _stopping(committed: np.ndarray, reads_votes: bool = True) -> PolicyOutcome:
     committed = committed.astype(np.int64)
-    return PolicyOutcome(committed, committed.copy())
+    return PolicyOutcome(committed, committed.copy(), reads_votes)
 
 
-def _full_budget(committed: np.ndarray, k_max: int) -> PolicyOutcome:
+def _full_budget(committed: np.ndarray, k_max: int, reads_votes: bool = True) -> PolicyOutcome:
     committed = committed.astype(np.int64)
-    return PolicyOutcome(committed, np.full_like(committed, k_max))
+    return PolicyOutcome(committed, np.full_like(committed, k_max), reads_votes)
 
 
 def no_repair(S) -> PolicyOutcome:
     """No-repair: commit p_0 (App. A)."""
-    return _stopping(np.zeros(np.shape(S)[0], dtype=np.int64))
+    return _stopping(np.zeros(np.shape(S)[0], dtype=np.int64), reads_votes=False)
 
 
 def fixed_k(S, k: int) -> PolicyOutcome:
@@ -56,7 +66,7 @@ def fixed_k(S, k: int) -> PolicyOutcome:
     k_max = np.shape(S)[1] - 1
     if not 0 <= k <= k_max:
         raise ValueError(f"fixed_k: K={k} outside 0..{k_max}")
-    return _stopping(np.full(np.shape(S)[0], k, dtype=np.int64))
+    return _stopping(np.full(np.shape(S)[0], k, dtype=np.int64), reads_votes=False)
 
 
 def majority_stop(S, M: int) -> PolicyOutcome:
@@ -138,6 +148,15 @@ def vrr_stop(S, M: int, rho0, rho1, alpha, beta, pi, tau: float = 0.0) -> Policy
     return _stopping(_first_true_or_last(commit_now))
 
 
+def vrr_stop_t(S, M: int, rho0, rho1, alpha_t, beta_t, pi, tau: float = 0.0) -> PolicyOutcome:
+    """VRR-Stop-t: VRR-Stop (Eqs. 5-7) with round-dependent repair rates alpha_t, beta_t ([N, K+1], column t
+    the repair after round t; ``vrr.calibration.round_dynamics.crossfit_round_rates``) in the predict step
+    and in the gain G_k = (1 - b_k) alpha_k - b_k beta_k (Eq. 6)."""
+    if np.ndim(alpha_t) != 2 or np.ndim(beta_t) != 2:
+        raise ValueError("vrr_stop_t: alpha_t and beta_t must be [N, K+1] arrays")
+    return vrr_stop(S, M, rho0, rho1, alpha_t, beta_t, pi, tau)
+
+
 def vrr_guard(S, delta: int = 5) -> PolicyOutcome:
     """VRR-Guard (Sec. 4.3, Eq. 9): run the full budget, commit the keep-best incumbent."""
     S = np.asarray(S)
@@ -147,7 +166,7 @@ def vrr_guard(S, delta: int = 5) -> PolicyOutcome:
 def hindsight_best(y) -> PolicyOutcome:
     """Hindsight best round (diagnostic, not deployable): the earliest truly valid round, else p_0."""
     y = np.asarray(y).astype(bool)
-    return _full_budget(np.where(y.any(axis=1), y.argmax(axis=1), 0), y.shape[1] - 1)
+    return _full_budget(np.where(y.any(axis=1), y.argmax(axis=1), 0), y.shape[1] - 1, reads_votes=False)
 
 
 def algorithm1(S, M: int, rho0, rho1, alpha, beta, pi, radius, stop_mode,

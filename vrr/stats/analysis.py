@@ -26,7 +26,8 @@ def summarize_replay(result: ReplayResult, n_resamples: int = N_RESAMPLES, seed:
     if reference not in result.outcomes:
         reference = None
     rows = policy_table(result.validity, committed, rounds, reference=reference, n_resamples=n_resamples,
-                        seed=result.config.seed if seed is None else seed)
+                        seed=result.config.seed if seed is None else seed,
+                        verifier_calls=result.verifier_calls or None)
     for row in rows:
         row["setting"] = result.setting
     return rows
@@ -246,8 +247,8 @@ def setting_statistics(arrays: Setting, replay_saved: dict, n_resamples: int = N
     stats = {
         "setting": replay_saved["setting"],
         "policy_table": policy_table(replay_saved["validity"], replay_saved["committed"], replay_saved["rounds_used"],
-                                     reference=TPM,
-                                     n_resamples=n_resamples, seed=seed),
+                                     reference=TPM, n_resamples=n_resamples, seed=seed,
+                                     verifier_calls=replay_saved.get("verifier_calls")),
         "paired": paired_comparisons(replay_saved["validity"], n_resamples=n_resamples, seed=seed),
         "median_margin": median_decision_margin(arrays, config),
         "n_resamples": n_resamples,

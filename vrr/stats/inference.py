@@ -83,7 +83,7 @@ def percentile_interval(draws: np.ndarray, confidence: float = 0.95) -> tuple[np
 
 def policy_table(validity: dict[str, np.ndarray], committed: dict[str, np.ndarray], rounds_used: dict[str, np.ndarray],
                  reference: str | None = None, n_resamples: int = N_RESAMPLES, seed: int = 0,
-                 confidence: float = 0.95) -> list[dict]:
+                 confidence: float = 0.95, verifier_calls: dict[str, np.ndarray] | None = None) -> list[dict]:
     """One row per policy: V [CI], <K>, the repair rounds run, and the paired difference to
     ``reference`` with its bootstrap CI and exact McNemar p-value (Tables "stopping-performance",
     "app-full-stopping", "paired-stats").
@@ -91,6 +91,8 @@ def policy_table(validity: dict[str, np.ndarray], committed: dict[str, np.ndarra
     ``mean_K`` is the paper's <K>: the mean committed round (Verifier-best 0.73 and Last-accepted
     2.28 in Table "app-full-stopping"). ``repairs_run`` is the mean number of repair rounds actually
     run, which is K_max for the policies that choose after the whole trajectory (the full-budget cost).
+    ``verifier_calls`` (per policy, per instance; ``PolicyOutcome.verifier_calls``: M per round evaluated)
+    adds the column ``verifier_calls``, the mean verifier calls per instance.
     """
     names = list(validity)
     matrix = np.stack([np.asarray(validity[k], dtype=float) for k in names])
@@ -101,6 +103,8 @@ def policy_table(validity: dict[str, np.ndarray], committed: dict[str, np.ndarra
     for i, name in enumerate(names):
         row = {"policy": name, "V": float(matrix[i].mean()), "V_low": float(lo[i]), "V_high": float(hi[i]),
                "mean_K": float(np.mean(committed[name])), "repairs_run": float(np.mean(rounds_used[name]))}
+        if verifier_calls is not None:
+            row["verifier_calls"] = float(np.mean(verifier_calls[name]))
         if ref_idx is not None:
             dlo, dhi = percentile_interval(draws[i] - draws[ref_idx], confidence)
             row.update({"dV": float(matrix[i].mean() - matrix[ref_idx].mean()),
