@@ -90,20 +90,26 @@ def throughput(a) -> dict:
            "load_seconds": round(eng.load_seconds, 1)}
     print(f"{a.throughput}: {cfg.model} on {res['cpu']}, dtype {res['dtype']}, load {eng.load_seconds:.1f} s",
           flush=True)
-    # peak: many independent requests decoding a fixed number of tokens (synthetic, no dataset text)
+    # peak: many independent requests decoding a fixed number of tokens (synthetic, no dataset text);
+    # measured before and after the real runs, and the higher rate is the peak (a busy machine only lowers it)
     filler = " ".join(str(i) for i in range(200))
     convs = [[{"role": "user", "content": f"Request {r}. Continue this list of numbers: {filler}"}]
              for r in range(a.peak_requests)]
     _run(eng.llm, convs[:2], SamplingParams(max_tokens=4, temperature=0))  # warm-up
-    _, peak = _run(eng.llm, convs, SamplingParams(n=1, temperature=0.7, max_tokens=a.peak_tokens,
-                                                   ignore_eos=True))
-    peak["prompt_tok_per_s"] = round(peak["prompt_tokens"] / peak["seconds"], 1)
-    res["peak"] = peak
-    print(f"peak: {a.peak_requests} requests x {a.peak_tokens} tok: {peak['seconds']} s, "
-          f"{peak['gen_tok_per_s']} generated tok/s, {peak['prompt_tok_per_s']} prompt tok/s", flush=True)
+
+    def measure_peak(when: str) -> dict:
+        eng.llm.reset_prefix_cache()
+        _, peak = _run(eng.llm, convs, SamplingParams(n=1, temperature=0.7, max_tokens=a.peak_tokens,
+                                                       ignore_eos=True))
+        peak["prompt_tok_per_s"] = round(peak["prompt_tokens"] / peak["seconds"], 1)
+        print(f"peak ({when}): {a.peak_requests} requests x {a.peak_tokens} tok: {peak['seconds']} s, "
+              f"{peak['gen_tok_per_s']} generated tok/s, {peak['prompt_tok_per_s']} prompt tok/s", flush=True)
+        return peak
+
+    peaks = [measure_peak("before")]
     problems = task.load(cfg.split)[cfg.start:cfg.start + a.n]
     res["achieved"] = {}
-    print(f"{'batch':>6}{'s/inst':>8}{'gen tok/s':>11}{'prompt tok/s':>14}{'ratio gen':>11}")
+    print(f"{'batch':>6}{'s/inst':>8}{'gen tok/s':>11}{'prompt tok/s':>14}")
     for b in a.batch_sizes:
         before = dict(eng.stats)
         t0 = time.time()
@@ -115,10 +121,17 @@ def throughput(a) -> dict:
         row = {"seconds": round(wall, 1), "seconds_per_instance": round(wall / len(problems), 2),
                "gen_tok_per_s": round(gen / wall, 1), "prompt_tok_per_s": round(prompt / wall, 1),
                "engine_busy_frac": round((eng.stats["seconds"] - before["seconds"]) / wall, 3)}
-        row["ratio_gen"] = round(row["gen_tok_per_s"] / peak["gen_tok_per_s"], 3)
         res["achieved"][b] = row
         print(f"{b:>6}{row['seconds_per_instance']:>8}{row['gen_tok_per_s']:>11}{row['prompt_tok_per_s']:>14}"
-              f"{row['ratio_gen']:>11}   (engine busy {row['engine_busy_frac']:.0%} of the wall time)", flush=True)
+              f"   (engine busy {row['engine_busy_frac']:.0%} of the wall time)", flush=True)
+    peaks.append(measure_peak("after"))
+    peak = max(peaks, key=lambda p: p["gen_tok_per_s"])
+    res["peak"], res["peak_runs"] = peak, peaks
+    print(f"\npeak generated tok/s {peak['gen_tok_per_s']} (higher of the two); achieved / peak:")
+    for b, row in res["achieved"].items():
+        row["ratio_gen"] = round(row["gen_tok_per_s"] / peak["gen_tok_per_s"], 3)
+        print(f"  batch {b:>3}: {row['gen_tok_per_s']} / {peak['gen_tok_per_s']} = {row['ratio_gen']}, "
+              f"{row['seconds_per_instance']} s per instance ({a.rounds} repair round(s))")
     return res
 
 
@@ -142,8 +155,8 @@ def main() -> int:
     ap.add_argument("--batch-sizes", type=lambda v: [int(x) for x in v.split(",")], default=[10, 20, 40])
     ap.add_argument("--n", type=int, default=40, help="problems per batch-size run (--throughput)")
     ap.add_argument("--rounds", type=int, default=1, help="repair rounds per problem (--throughput)")
-    ap.add_argument("--peak-requests", type=int, default=64)
-    ap.add_argument("--peak-tokens", type=int, default=128)
+    ap.add_argument("--peak-requests", type=int, default=256)
+    ap.add_argument("--peak-tokens", type=int, default=64)
     a = ap.parse_args()
     if a.throughput:
         res = throughput(a)
