@@ -50,14 +50,20 @@ def _run(llm, convs, sp):
 
 
 def print_setting_costs(runs_root: Path) -> dict:
-    from vrr.loop.store import run_cost
+    from vrr.loop.store import read_jsonl_gz, read_part, run_cost
+
+    def records(d: Path, stem: str) -> list[dict]:
+        final = d / f"{stem}.jsonl.gz"
+        return read_jsonl_gz(final) if final.exists() else read_part(d / f"{stem}.part.jsonl", repair=False)
 
     rows = {}
     print(f"{'setting':<28}{'inst':>6}{'probe':>7}{'wall h':>8}{'s/inst':>8}{'s/plan':>8}{'gen tok/s':>10}")
     for meta_path in sorted(Path(runs_root).glob("*/run_meta.json")):
-        c = run_cost(json.loads(meta_path.read_text()))
-        rows[meta_path.parent.name] = c
-        print(f"{meta_path.parent.name:<28}{c['instances']:>6}{c['probe_plans']:>7}{c['wall_seconds'] / 3600:>8.2f}"
+        d = meta_path.parent
+        c = run_cost(json.loads(meta_path.read_text()),
+                     {"traj": records(d, "trajectories"), "probe": records(d, "probe")})
+        rows[d.name] = c
+        print(f"{d.name:<28}{c['instances']:>6}{c['probe_plans']:>7}{c['wall_seconds'] / 3600:>8.2f}"
               f"{c['seconds_per_instance']:>8.1f}{c['seconds_per_probe_plan']:>8.1f}{c['generated_tok_per_s']:>10.1f}")
     return rows
 

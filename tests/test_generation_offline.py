@@ -251,6 +251,18 @@ def test_run_cost_from_sessions():
     assert c["generated_tok_per_s"] == pytest.approx(21000 / 1300)
 
 
+def test_run_cost_from_batch_times_when_a_session_ran_both_phases():
+    from vrr.loop.store import run_cost
+
+    meta = {"sessions": [{"instances": 3, "probe_plans": 2, "seconds": 100.0, "engine_load_seconds": 5.0}]}
+    assert np.isnan(run_cost(meta)["seconds_per_instance"])  # mixed session: no split without records
+    traj = [{"index": i, "batch": i // 2, "batch_seconds": [30.0, 20.0][i // 2]} for i in range(3)]
+    probe = [{"index": i, "batch": 0, "batch_seconds": 40.0} for i in range(2)]
+    c = run_cost(meta, {"traj": traj, "probe": probe})
+    assert c["seconds_per_instance"] == pytest.approx(50.0 / 3)
+    assert c["seconds_per_probe_plan"] == pytest.approx(20.0)
+
+
 def test_finalize_only_cli_keeps_the_recorded_config(tmp_path):
     """`--finalize-only` rebuilds from the run's config.json: the setting's defaults (N=100, batch
     size 10) must not overwrite the recorded window or protocol."""

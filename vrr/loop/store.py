@@ -180,11 +180,20 @@ def new_session() -> dict:
             "instances": 0, "probe_plans": 0, "seconds": 0.0}
 
 
-def run_cost(meta: dict) -> dict:
+def batch_time(records: list[dict]) -> tuple[float, int]:
+    """Engine-batch seconds spent on these records (each batch counted once: records of one batch share
+    its ``batch`` id and ``batch_seconds``) and the number of records."""
+    batches = {(r.get("batch"), r.get("batch_seconds")) for r in records if r.get("batch_seconds") is not None}
+    return float(sum(sec for _, sec in batches)), len(records)
+
+
+def run_cost(meta: dict, records: dict[str, list[dict]] | None = None) -> dict:
     """Wall time and throughput of a setting's generation from its ``run_meta.json`` sessions.
 
     Sessions that ran only trajectories (only probe plans) give the per-instance (per-plan) cost;
-    engine load time is counted in ``wall_seconds`` but not in the per-item costs.
+    engine load time is counted in ``wall_seconds`` but not in the per-item costs. ``records``
+    (``{"traj": [...], "probe": [...]}``, the stored records) gives the per-item costs from the batch
+    times instead, which also works for sessions that ran both phases.
     """
     sessions = meta.get("sessions", [])
     tot = {"sessions": len(sessions), "instances": 0, "probe_plans": 0, "seconds": 0.0,
@@ -206,6 +215,12 @@ def run_cost(meta: dict) -> dict:
     # engine_stats are written at the end of a session: a killed session has seconds but no tokens
     timed = sum(s.get("seconds", 0.0) for s in sessions if s.get("engine_stats"))
     tot["generated_tok_per_s"] = tot["generated_tokens"] / timed if timed else float("nan")
+    for phase, rows in (records or {}).items():
+        sec, n = batch_time(rows)
+        if phase == "traj" and n:
+            traj_s, traj_n = sec, n
+        elif phase == "probe" and n:
+            probe_s, probe_n = sec, n
     tot["seconds_per_instance"] = traj_s / traj_n if traj_n else float("nan")
     tot["seconds_per_probe_plan"] = probe_s / probe_n if probe_n else float("nan")
     return tot
