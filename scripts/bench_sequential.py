@@ -59,9 +59,10 @@ def stored_votes(arrays_path: Path, S: np.ndarray, M: int) -> np.ndarray | None:
     return votes
 
 
-def setting_inputs(name: str, seed: int = 0):
-    """(setting, cross-fit, config, votes in arrival order, where the order comes from) of a committed setting."""
-    cal = REPO_ROOT / "results" / name / "calibration.json"
+def setting_inputs(name: str, seed: int = 0, results: Path = REPO_ROOT / "results"):
+    """(setting, cross-fit, config, votes in arrival order, where the order comes from) of a setting whose
+    calibration step has run into ``results``."""
+    cal = Path(results) / name / "calibration.json"
     cf, config = load_calibration(cal)
     arrays = REPO_ROOT / json.loads(cal.read_text())["arrays_path"]
     setting = load_setting(arrays)
@@ -72,8 +73,8 @@ def setting_inputs(name: str, seed: int = 0):
     return setting, cf, config, votes, order
 
 
-def bench_setting(name: str, seed: int = 0, error_rate: float = 0.05) -> list[dict]:
-    setting, cf, config, votes, order = setting_inputs(name, seed)
+def bench_setting(name: str, seed: int = 0, error_rate: float = 0.05, results: Path = REPO_ROOT / "results") -> list[dict]:
+    setting, cf, config, votes, order = setting_inputs(name, seed, results)
     alg = algorithm1_inputs(setting, cf, config)
     rows = []
     for policy, label in POLICIES.items():
@@ -117,15 +118,18 @@ def render(rows: list[dict], error_rate: float, markdown: bool) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--settings", nargs="*", help="setting names (default: every results/*/calibration.json)")
+    ap.add_argument("--settings", nargs="*", help="setting names (default: every RESULTS/*/calibration.json)")
+    ap.add_argument("--results", type=Path, default=REPO_ROOT / "results", help="results root of make reproduce")
     ap.add_argument("--seed", type=int, default=0, help="vote order of the simulated settings")
     ap.add_argument("--error-rate", type=float, default=0.05, help="per-round error rate of the predictive test")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
-    names = args.settings or sorted(p.parent.name for p in (REPO_ROOT / "results").glob("*/calibration.json"))
+    names = args.settings or sorted(p.parent.name for p in args.results.glob("*/calibration.json"))
+    if not names:
+        ap.error(f"{args.results}: no */calibration.json (run `make reproduce` first)")
     rows = []
     for name in names:
-        rows += bench_setting(name, args.seed, args.error_rate)
+        rows += bench_setting(name, args.seed, args.error_rate, args.results)
     print(render(rows, args.error_rate, args.markdown))
     by_policy = {}
     for r in rows:

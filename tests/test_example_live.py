@@ -72,11 +72,9 @@ def test_sequential_voting_makes_fewer_judge_requests(tmp_path):
         assert r["verifier_calls"] == sum(rd["votes"] for rd in r["rounds"]) < 8 * len(r["rounds"])
 
 
-def test_guard_mode_from_the_saved_calibration_keeps_the_incumbent(tmp_path):
-    cal = REPO / "results" / "gsm8k_cpu_favorable" / "calibration.json"
-    if not cal.is_file():
-        pytest.fail(f"{cal} is committed with the repository; it is missing")
-    stdout, data = run_example(tmp_path, "--problems", "2", "--k-max", "2")
+def test_guard_mode_from_the_saved_calibration_keeps_the_incumbent(tmp_path, chain_results):
+    cal = chain_results / "gsm8k_cpu_favorable" / "calibration.json"    # what 03_calibrate saves
+    stdout, data = run_example(tmp_path, "--problems", "2", "--k-max", "2", "--calibration", str(cal))
     assert data["controller"]["policy"] == "algorithm1"
     for r in data["results"]:
         assert [rd["mode"] for rd in r["rounds"]] == ["guard"] * 3     # J-hat below J_min: Guard (Algorithm 1 line 1)
@@ -85,11 +83,12 @@ def test_guard_mode_from_the_saved_calibration_keeps_the_incumbent(tmp_path):
     assert "labeled J-hat" in stdout
 
 
-def test_bad_arguments_are_clear_errors(tmp_path):
+def test_bad_arguments_are_clear_errors(tmp_path, chain_results):
+    cal = str(chain_results / "gsm8k_cpu_favorable" / "calibration.json")
     for args, message in ((["--params", "rho0=0.2"], "missing rho1"),
                           (["--params", "rho0=x,rho1=0.1,alpha=0.1,beta=0.1,pi=0.5"], "rho0 must be a number"),
                           (["--calibration", str(tmp_path / "none.json")], "no saved calibration"),
-                          (["--model", "smollm2-135m"], "calibrated for another loop")):
+                          (["--model", "smollm2-135m", "--calibration", cal], "calibrated for another loop")):
         proc = subprocess.run([sys.executable, str(EXAMPLE), "--backend", "fake", *args], capture_output=True,
                               text=True, cwd=tmp_path, timeout=300)
         assert proc.returncode != 0 and message in proc.stderr, (args, proc.stderr)

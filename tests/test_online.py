@@ -16,7 +16,7 @@ from vrr.policies.online import ControllerStateError, Decision, OnlineController
 from vrr.policies.replay import algorithm1_inputs, load_calibration
 from vrr.policies.sequential import fold_controllers, run_controller
 
-CALIBRATIONS = sorted((REPO_ROOT / "results").glob("*/calibration.json"))
+from conftest import CHAIN_SETTINGS
 
 
 def _committed_setting(path: Path):
@@ -26,16 +26,16 @@ def _committed_setting(path: Path):
 
 
 def test_every_committed_setting_is_covered():
-    names = {p.parent.name for p in CALIBRATIONS}
+    names = set(CHAIN_SETTINGS)
     assert {"gsm8k_cpu_favorable", "gsm8k_cpu_pmstress", "sim_nonstationary", "sim_qwen3b_pmstress"} <= names
     assert len(names) >= 12
 
 
-@pytest.mark.parametrize("path", CALIBRATIONS, ids=lambda p: p.parent.name)
-def test_controller_reproduces_offline_policies_on_committed_settings(path):
+@pytest.mark.parametrize("name", CHAIN_SETTINGS)
+def test_controller_reproduces_offline_policies_on_committed_settings(name, chain_results):
     """Per cross-fit fold, the controller fed one round at a time commits the same round and runs the same
     repairs as the vectorized VRR-Stop, VRR-Guard and Algorithm 1 (and the TPM reference) on every instance."""
-    setting, cf, config = _committed_setting(path)
+    setting, cf, config = _committed_setting(chain_results / name / "calibration.json")
     S, M = setting.S, setting.M
     assert cf.folds.size == S.shape[0]
     alg = algorithm1_inputs(setting, cf, config)
@@ -237,8 +237,8 @@ def test_bad_votes_and_parameters_are_refused():
         OnlineController.from_parameters(M=2, k_max=3, rho0=0.2, rho1=0.1, alpha=0.3, beta=0.2, pi=0.6, j_hat=0.4)
 
 
-def test_from_calibration_uses_the_folds_replay_uses():
-    path = REPO_ROOT / "results" / "sim_qwen3b_pmstress" / "calibration.json"
+def test_from_calibration_uses_the_folds_replay_uses(chain_results):
+    path = chain_results / "sim_qwen3b_pmstress" / "calibration.json"
     setting, cf, config = _committed_setting(path)
     ctl = OnlineController.from_calibration(path, fold=2)
     c = ctl.config
