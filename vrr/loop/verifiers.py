@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from typing import Sequence
 
 from ..settings import DETERMINISTIC_VERIFIERS, JUDGE_STYLES, VERIFIER_KINDS
@@ -190,7 +191,9 @@ class AssertJudge(_Executed):
         for end in range(1, len(lines) + 1):
             candidate = "\n".join(lines[:end]).strip()
             try:
-                tree = ast.parse(candidate)
+                with warnings.catch_warnings():  # e.g. "invalid decimal literal" in a half-written line
+                    warnings.simplefilter("ignore", SyntaxWarning)
+                    tree = ast.parse(candidate)
             except SyntaxError:
                 continue
             first = tree.body[0] if tree.body else None
