@@ -2,6 +2,7 @@
 calibrations) for every simulated and committed real setting, built by ``make`` as ``make reproduce`` builds
 it. A clone holds only the tables and figures under results/, so tests never read the developer's results/."""
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,3 +23,45 @@ def chain_results(tmp_path_factory) -> Path:
     missing = [n for n in CHAIN_SETTINGS if not (root / n / "calibration.json").is_file()]
     assert not missing, f"make wrote no calibration for {missing}"
     return root
+
+
+def require_adapter_library(name: str):
+    """Import an optional adapter library; skip without it, FAIL under VRR_REQUIRE_ADAPTERS=1 (make test)."""
+    import os
+
+    try:
+        return __import__(name)
+    except ImportError as exc:
+        if os.environ.get("VRR_REQUIRE_ADAPTERS") == "1":
+            pytest.fail(f"VRR_REQUIRE_ADAPTERS=1 but {name} is not importable ({exc}): pip install -e '.[dspy,inspect]'",
+                        pytrace=False)
+        pytest.skip(f"{name} not installed (set VRR_REQUIRE_ADAPTERS=1 to make this a failure)", allow_module_level=True)
+
+
+# Connections to non-loopback addresses, recorded by ONE process-wide audit hook (a hook cannot be removed,
+# so it is installed once here and every test module that uses `no_remote_connections` shares it).
+_REMOTE: list = []
+
+
+def _audit(event, args):
+    import ipaddress
+
+    if event == "socket.connect":
+        address = args[1]
+        host = address[0] if isinstance(address, tuple) else None
+        try:
+            if host is not None and not ipaddress.ip_address(host).is_loopback:
+                _REMOTE.append(address)
+        except ValueError:
+            _REMOTE.append(address)
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.fixture
+def no_remote_connections():
+    """Fails the test if anything it ran tried to connect to a non-loopback address."""
+    _REMOTE.clear()
+    yield
+    assert not _REMOTE, f"tried to reach the network: {_REMOTE}"

@@ -4,21 +4,11 @@ Without inspect_ai these tests skip, unless VRR_REQUIRE_ADAPTERS=1 (``make test`
 The mock replies carry their token usage, so Inspect never loads a tokenizer file from the network;
 every test checks that nothing tried to reach a non-loopback address.
 """
-import ipaddress
-import os
-import sys
 
 import pytest
 
 
-def _require(name):
-    try:
-        return __import__(name)
-    except ImportError as exc:
-        if os.environ.get("VRR_REQUIRE_ADAPTERS") == "1":
-            pytest.fail(f"VRR_REQUIRE_ADAPTERS=1 but {name} is not importable ({exc}): pip install -e '.[dspy,inspect]'",
-                        pytrace=False)
-        pytest.skip(f"{name} not installed (set VRR_REQUIRE_ADAPTERS=1 to make this a failure)", allow_module_level=True)
+from conftest import require_adapter_library as _require  # noqa: E402
 
 
 _require("inspect_ai")
@@ -33,30 +23,10 @@ from vrr.policies.online import OnlineController  # noqa: E402
 # tenacity's own deprecation inside Inspect's retry setup, not ours
 pytestmark = pytest.mark.filterwarnings("ignore:The 'initial' parameter is deprecated:DeprecationWarning")
 
-_REMOTE: list = []
-
-
-def _audit(event, args):
-    if event == "socket.connect":
-        address = args[1]
-        host = address[0] if isinstance(address, tuple) else None
-        try:
-            if host is not None and not ipaddress.ip_address(host).is_loopback:
-                _REMOTE.append(address)
-        except ValueError:
-            _REMOTE.append(address)
-
-
-if not getattr(sys, "_vrr_adapter_audit", False):
-    sys.addaudithook(_audit)
-    sys._vrr_adapter_audit = True
-
-
 @pytest.fixture(autouse=True)
-def offline():
-    _REMOTE.clear()
+def offline(no_remote_connections):
+    """Every test here checks that nothing tried to reach a non-loopback address (conftest's audit hook)."""
     yield
-    assert not _REMOTE, f"tried to reach the network: {_REMOTE}"
 
 
 def reply(text):
