@@ -5,7 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parent.parent
 # every setting make reproduce runs: the simulated ones and each committed real window
@@ -65,3 +67,18 @@ def no_remote_connections():
     _REMOTE.clear()
     yield
     assert not _REMOTE, f"tried to reach the network: {_REMOTE}"
+
+
+@st.composite
+def vote_problems(draw, max_k_max: int = 5, max_n: int = 12):
+    """A random stopping problem for the policy tests: M, K_max, vote counts S (n x K_max+1), point parameters
+    (each of PARAM_NAMES inside (0, 1)) and a random interval box for Algorithm 1."""
+    from vrr.calibration.identifiability import PARAM_NAMES
+    M = draw(st.integers(1, 9))
+    k_max = draw(st.integers(0, max_k_max))
+    n = draw(st.integers(1, max_n))
+    S = np.array(draw(st.lists(st.lists(st.integers(0, M), min_size=k_max + 1, max_size=k_max + 1),
+                               min_size=n, max_size=n)))
+    params = {name: draw(st.floats(0.01, 0.99)) for name in PARAM_NAMES}
+    box = {name: tuple(sorted((draw(st.floats(0.0, 1.0)), draw(st.floats(0.0, 1.0))))) for name in PARAM_NAMES}
+    return M, k_max, S, params, box

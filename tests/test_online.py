@@ -16,7 +16,7 @@ from vrr.policies.online import ControllerStateError, Decision, OnlineController
 from vrr.policies.replay import algorithm1_inputs, load_calibration
 from vrr.policies.sequential import fold_controllers, run_controller
 
-from conftest import CHAIN_SETTINGS
+from conftest import CHAIN_SETTINGS, vote_problems
 
 
 def _committed_setting(path: Path):
@@ -60,27 +60,11 @@ def test_controller_reproduces_offline_policies_on_committed_settings(name, chai
 
 
 # ------------------------------------------------------------------ random trajectories and parameters
-unit = st.floats(0.0, 1.0)
 inner = st.floats(0.01, 0.99)
 
 
-@st.composite
-def problems(draw):
-    M = draw(st.integers(1, 9))
-    k_max = draw(st.integers(0, 5))
-    n = draw(st.integers(1, 12))
-    S = np.array(draw(st.lists(st.lists(st.integers(0, M), min_size=k_max + 1, max_size=k_max + 1),
-                               min_size=n, max_size=n)))
-    params = {name: draw(inner) for name in PARAM_NAMES}
-    box = {}
-    for name in PARAM_NAMES:
-        a, b = sorted((draw(unit), draw(unit)))
-        box[name] = (a, b)
-    return M, k_max, S, params, box
-
-
 @settings(max_examples=60, deadline=None)
-@given(problems(), st.sampled_from([0.0, 0.05, -0.02]), st.integers(0, 6), st.booleans())
+@given(vote_problems(), st.sampled_from([0.0, 0.05, -0.02]), st.integers(0, 6), st.booleans())
 def test_controller_equals_offline_on_random_trajectories(problem, tau, delta, stop_mode):
     M, k_max, S, params, box = problem
     common = dict(M=M, k_max=k_max, delta=delta, tau=tau, **params)
@@ -100,7 +84,7 @@ def test_controller_equals_offline_on_random_trajectories(problem, tau, delta, s
 
 
 @settings(max_examples=40, deadline=None)
-@given(problems(), st.data())
+@given(vote_problems(), st.data())
 def test_controller_with_round_dependent_rates_equals_offline_vrr_stop_t(problem, data):
     M, k_max, S, params, _ = problem
     alpha_t = [data.draw(inner) for _ in range(k_max)]
@@ -156,7 +140,7 @@ def test_algorithm1_mode_reasons():
 
 # ------------------------------------------------------------------ state
 @settings(max_examples=40, deadline=None)
-@given(problems(), st.integers(0, 200), st.sampled_from(["off", "exact", "predictive"]), st.integers(0, 5))
+@given(vote_problems(), st.integers(0, 200), st.sampled_from(["off", "exact", "predictive"]), st.integers(0, 5))
 def test_json_round_trip_mid_trajectory_resumes_identically(problem, cut, sequential, seed):
     """Save after any number of votes (mid-round too), load, continue: the same decisions as without the break."""
     M, k_max, S, params, box = problem

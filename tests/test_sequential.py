@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from vrr.calibration.identifiability import PARAM_NAMES
 from vrr.common.paths import REPO_ROOT
 from vrr.core.model import NoiseParams
 from vrr.data.simulate import simulate_setting
@@ -18,7 +17,7 @@ _spec = importlib.util.spec_from_file_location("bench_sequential", REPO_ROOT / "
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
-from conftest import CHAIN_SETTINGS as SETTINGS  # noqa: E402
+from conftest import CHAIN_SETTINGS as SETTINGS, vote_problems  # noqa: E402
 
 
 def test_vote_orders_keep_the_counts_and_the_seed():
@@ -28,20 +27,8 @@ def test_vote_orders_keep_the_counts_and_the_seed():
     assert np.array_equal(v, vote_orders(S, 8, seed=3)) and not np.array_equal(v, vote_orders(S, 8, seed=4))
 
 
-@st.composite
-def problems(draw):
-    M = draw(st.integers(1, 9))
-    k_max = draw(st.integers(0, 4))
-    n = draw(st.integers(1, 8))
-    S = np.array(draw(st.lists(st.lists(st.integers(0, M), min_size=k_max + 1, max_size=k_max + 1),
-                               min_size=n, max_size=n)))
-    params = {name: draw(st.floats(0.01, 0.99)) for name in PARAM_NAMES}
-    box = {name: tuple(sorted((draw(st.floats(0, 1)), draw(st.floats(0, 1))))) for name in PARAM_NAMES}
-    return M, k_max, S, params, box
-
-
 @settings(max_examples=60, deadline=None)
-@given(problems(), st.integers(0, 6), st.sampled_from([0.0, 0.03]), st.booleans(), st.integers(0, 9))
+@given(vote_problems(max_k_max=4, max_n=8), st.integers(0, 6), st.sampled_from([0.0, 0.03]), st.booleans(), st.integers(0, 9))
 def test_exact_curtailment_never_changes_a_decision(problem, delta, tau, stop_mode, seed):
     M, k_max, S, params, box = problem
     votes = vote_orders(S, M, seed)
