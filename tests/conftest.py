@@ -1,6 +1,8 @@
 """Shared fixtures. ``chain_results``: a results root with steps 01-03 of the chain (arrays and saved
 calibrations) for every simulated and committed real setting, built by ``make`` as ``make reproduce`` builds
 it. A clone holds only the tables and figures under results/, so tests never read the developer's results/."""
+import ipaddress
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import strategies as st
+
+from vrr.calibration.identifiability import PARAM_NAMES
 
 REPO = Path(__file__).resolve().parent.parent
 # every setting make reproduce runs: the simulated ones and each committed real window
@@ -29,8 +33,6 @@ def chain_results(tmp_path_factory) -> Path:
 
 def require_adapter_library(name: str):
     """Import an optional adapter library; skip without it, FAIL under VRR_REQUIRE_ADAPTERS=1 (make test)."""
-    import os
-
     try:
         return __import__(name)
     except ImportError as exc:
@@ -46,8 +48,6 @@ _REMOTE: list = []
 
 
 def _audit(event, args):
-    import ipaddress
-
     if event == "socket.connect":
         address = args[1]
         host = address[0] if isinstance(address, tuple) else None
@@ -73,7 +73,6 @@ def no_remote_connections():
 def vote_problems(draw, max_k_max: int = 5, max_n: int = 12):
     """A random stopping problem for the policy tests: M, K_max, vote counts S (n x K_max+1), point parameters
     (each of PARAM_NAMES inside (0, 1)) and a random interval box for Algorithm 1."""
-    from vrr.calibration.identifiability import PARAM_NAMES
     M = draw(st.integers(1, 9))
     k_max = draw(st.integers(0, max_k_max))
     n = draw(st.integers(1, max_n))

@@ -20,10 +20,7 @@ from dspy.utils import DummyLM  # noqa: E402
 from vrr.adapters.dspy import VRRRefine  # noqa: E402
 from vrr.policies.online import OnlineController  # noqa: E402
 
-@pytest.fixture(autouse=True)
-def offline(no_remote_connections):
-    """Every test here checks that nothing tried to reach a non-loopback address (conftest's audit hook)."""
-    yield
+pytestmark = pytest.mark.usefixtures("no_remote_connections")  # every test: no non-loopback connection
 
 
 class Judge(dspy.Signature):

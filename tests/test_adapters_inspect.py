@@ -21,13 +21,8 @@ from vrr.adapters.inspect import vrr_refine  # noqa: E402
 from vrr.policies.online import OnlineController  # noqa: E402
 
 # tenacity's own deprecation inside Inspect's retry setup, not ours
-pytestmark = pytest.mark.filterwarnings("ignore:The 'initial' parameter is deprecated:DeprecationWarning")
-
-@pytest.fixture(autouse=True)
-def offline(no_remote_connections):
-    """Every test here checks that nothing tried to reach a non-loopback address (conftest's audit hook)."""
-    yield
-
+pytestmark = [pytest.mark.filterwarnings("ignore:The 'initial' parameter is deprecated:DeprecationWarning"),
+              pytest.mark.usefixtures("no_remote_connections")]  # every test: no non-loopback connection
 
 def reply(text):
     out = ModelOutput.from_content(model="mockllm", content=text)
