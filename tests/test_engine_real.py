@@ -148,3 +148,32 @@ def test_real_engine_generate_label_each_task(tmp_path, task, split):
         votes = [v for r in records for rd in r["rounds"] for v in rd["judge"]]
         assert len(votes) == 8 and all("\n# vrr-exec: " in v for v in votes)
         assert all(v.startswith(("assert ", "[problem text elided]")) for v in votes)  # a copied shown test is elided
+
+
+def test_throughput_bench_replays_the_real_work_as_one_batch(tmp_path):
+    """``bench_engine.py --throughput``: the workload peak must submit the same requests (count and prompt
+    tokens) the real loop did, and the decode-only peak exactly requests x tokens (EOS ignored)."""
+    _require_engine()
+    out = tmp_path / "bench.json"
+    tiny = [f"--set={k}={v}" for k, v in {
+        "models.generator": "smollm2-135m", "models.judge": "smollm2-135m", "models.repairer": "smollm2-135m",
+        "M": 2, "max_tokens.generate": 48, "max_tokens.repair": 48, "max_tokens.context": 2048}.items()]
+    cmd = [sys.executable, "scripts/bench_engine.py", "--throughput", "gsm8k_cpu_favorable", *tiny,
+           "--batch-sizes", "2", "--n", "2", "--peak-requests", "3", "--peak-tokens", "8", "--json", str(out)]
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = json.loads(out.read_text())
+    assert res["model"] == "smollm2-135m" and res["rounds"] == 1
+    (decode,) = res["decode_peak_runs"]
+    assert decode["requests"] == 3 and decode["generated_tokens"] == 3 * 8
+    row = res["achieved"]["2"]
+    # 2 plans, 2 x M judge calls' worth of votes and 2 repairs at most: generate + judge + repair + judge
+    assert row["engine_calls"] >= 3 and row["requests"] >= 2 * 3
+    peak = row["workload_peak"]
+    assert peak["requests"] == row["requests"]
+    assert peak["prompt_tokens"] == row["prompt_tokens"]
+    # each request keeps its n and its samples' mean length (rounded): at most n/2 tokens off per request
+    assert abs(peak["generated_tokens"] - row["generated_tokens"]) <= row["requests"]
+    assert 0 < row["ratio_gen"]
+    assert "achieved / workload peak" in proc.stdout

@@ -274,7 +274,8 @@ def run_notebook(notebook: str | os.PathLike, output: str | os.PathLike, paramet
 
 
 # --------------------------------------------------------------------------- python -m vrr
-def _parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
+def parse_set_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``--set key=value`` pairs (dotted setting keys, YAML values) -> an overrides dict for ``load_config``."""
     out = {}
     for pair in pairs:
         if "=" not in pair:
@@ -285,7 +286,7 @@ def _parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def _resolve(a) -> tuple[dict, dict]:
-    overrides = _parse_sets(a.set or [])
+    overrides = parse_set_overrides(a.set or [])
     overrides.update(swap_overrides(getattr(a, "model", None), getattr(a, "verifier", None)))
     for flag, key in (("n", "window.N"), ("probe_n", "probe.n"), ("seed", "seed"), ("backend", "engine.backend"),
                       ("batch_size", "engine.batch_size")):

@@ -152,14 +152,16 @@ class VLLMEngine:
         outs = self.llm.chat([list(c) for c in conversations], sp, use_tqdm=False,
                              add_generation_prompt=not prefilled, continue_final_message=prefilled)
         dt = time.time() - t0
-        texts, reasons, ptok, gtok = [], [], 0, 0
+        texts, reasons, shapes = [], [], []
         for o in outs:
             texts.append([c.text for c in o.outputs])
             reasons.append([c.finish_reason for c in o.outputs])
-            ptok += len(o.prompt_token_ids or [])
-            gtok += sum(len(c.token_ids) for c in o.outputs)
+            shapes.append((len(o.prompt_token_ids or []), [len(c.token_ids) for c in o.outputs]))
+        ptok = sum(p for p, _ in shapes)
+        gtok = sum(sum(g) for _, g in shapes)
+        # shapes: per conversation (prompt tokens, generated tokens of each of its n samples)
         self.last_info = {"finish_reasons": reasons, "prompt_tokens": ptok, "generated_tokens": gtok,
-                          "seconds": dt}
+                          "seconds": dt, "shapes": shapes}
         self.stats["calls"] += 1
         self.stats["prompt_tokens"] += ptok
         self.stats["generated_tokens"] += gtok
