@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import vrr.report
 from vrr.data import load_setting
 from vrr.label import finalize_setting
 from vrr.loop.config import from_stored
@@ -86,3 +87,15 @@ def test_committed_real_settings_replay_without_a_model(tmp_path):
         assert table["No repair"]["V"] == pytest.approx(st.y[:, 0].mean())
         assert table["Fixed K=5"]["V"] == pytest.approx(st.y[:, 5].mean())
         assert {"VRR-Stop", "VRR-Guard", "TPM reference"} <= set(table)
+    # App. D: exactly the Self-Refine / Reflexion windows, with their fixed budget = the round-K_max labels
+    rows = vrr.report.table_iterative_feedback(vrr.report.Results(tmp_path, COMMITTED), tmp_path / "tables")
+    styles = {n: json.loads((REAL / n / "config.json").read_text())["repair_style"] for n in COMMITTED}
+    expected = [n for n in COMMITTED if styles[n] in ("self-refine", "reflexion")]
+    labels = {n: json.loads((tmp_path / n / "calibration.json").read_text())["loop_dynamics"]["label"] for n in COMMITTED}
+    assert sorted(r["setting"] for r in rows) == sorted(labels[n] for n in expected)
+    assert any(styles[n] == "re-solve" for n in COMMITTED) and len(rows) < len(COMMITTED)
+    by_label = {r["setting"]: r for r in rows}
+    for n in expected:
+        assert by_label[labels[n]]["V_fixed"] == pytest.approx(load_setting(REAL / n / "arrays.npz").y[:, -1].mean())
+    if rows:
+        assert (tmp_path / "tables" / "iterative_feedback.csv").read_text().count("\n") == len(rows) + 1

@@ -6,7 +6,8 @@ paper's table and figure builders (``paper``) and ``write_index``.
 from .index import publish, staging_dir, write_index  # noqa: F401
 from .paper import (  # noqa: F401
     PAPER_POLICY_ORDER, Results, flip_grid, flip_region_rates, probe_figure_inputs, table_ablations,
-    table_calibration_stress, table_loop_dynamics, table_paired, table_robustness, table_stopping, verifier_markers,
+    table_calibration_stress, table_iterative_feedback, table_loop_dynamics, table_paired, table_robustness,
+    table_stopping, verifier_markers,
 )
 from .render import (  # noqa: F401
     fig_cross_setting, fig_flip_grid, fig_gain_geometry, fig_loop_dynamics, fig_pareto, fig_probe_separation,
