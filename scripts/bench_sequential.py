@@ -2,7 +2,7 @@
 """Sequential voting: verifier calls of the online controller with M votes per round against one vote at
 a time (issue 12, item 2).
 
-For every committed setting (``results/*/calibration.json``: the simulated settings and the real GSM8K
+For every committed setting (``results/*/calibration.json``: the simulated settings and the real
 windows of ``data/real/``) and each policy (Algorithm 1, VRR-Stop, VRR-Guard), the controller runs per
 cross-fit fold with the calibration replay uses, and prints:
 
