@@ -150,8 +150,10 @@ def table_iterative_feedback(res: Results, out_dir: Path) -> list[dict]:
     A real window whose repairer is prompted Self-Refine or Reflexion style (``repair_style`` of the
     run's stored ``config.json``, kept in the arrays' meta) run for all K_max rounds IS that method's
     fixed-budget deployment; VRR-Stop and the TPM reference are replayed on the same trajectories.
-    The paired difference is the one of ``stats.json`` ("VRR-Stop vs Fixed K=5"). Writes nothing when
-    no window qualifies (the simulated settings have no repairer).
+    The paired difference is the one of ``stats.json`` ("VRR-Stop vs Fixed K=5"). Left out: resampling
+    controls (``repair_mode`` other than "repair") and windows whose K_max has no "Fixed K=K_max" row in the
+    replay (its fixed budgets are ``ReplayConfig.fixed_ks``). Writes nothing when no window qualifies (the
+    simulated settings have no repairer).
     """
     rows = []
     for run in res.runs:
