@@ -133,7 +133,7 @@ def table_paired(res: Results, out_dir: Path) -> list[dict]:
     for run in res.runs:
         for r in res.stats[run]["paired"]:
             rows.append({"setting": res.label(run), "comparison": r["comparison"],
-                         "dV [95% CI]": f"{r['dV']:+.3f} [{r['dV_low']:+.3f},{r['dV_high']:+.3f}]",
+                         "dV [95% CI]": rep.paired_interval_text(r["dV"], r["dV_low"], r["dV_high"]),
                          "mcnemar_p": r.get("mcnemar_p", float("nan")), **{k: r[k] for k in ("dV", "dV_low", "dV_high")}})
     rep.write_table(rows, [("setting", "Setting"), ("comparison", "Comparison"), ("dV [95% CI]", "dV [95% paired CI]"),
                            ("mcnemar_p", "McNemar p")], out_dir / "paired_stats",
@@ -171,7 +171,7 @@ def table_iterative_feedback(res: Results, out_dir: Path) -> list[dict]:
                      "fixed-budget V": rep.interval_text(fixed["V"], fixed["V_low"], fixed["V_high"]),
                      "VRR-Stop V": rep.interval_text(stop["V"], stop["V_low"], stop["V_high"]),
                      "VRR-Stop <K>": f"{stop['mean_K']:.2f}", "TPM V": f"{p['TPM reference']['V']:.3f}",
-                     "dV": f"{paired['dV']:+.3f} [{paired['dV_low']:+.3f},{paired['dV_high']:+.3f}]" if paired else "",
+                     "dV": rep.paired_interval_text(paired["dV"], paired["dV_low"], paired["dV_high"]) if paired else "",
                      "mcnemar_p": paired.get("mcnemar_p", float("nan")) if paired else float("nan"),
                      "V_fixed": fixed["V"], "V_stop": stop["V"], "V_tpm": p["TPM reference"]["V"]})
     if rows:

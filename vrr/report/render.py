@@ -98,6 +98,11 @@ def interval_text(v, lo, hi) -> str:
     return f"{v:.3f} [{short(lo)},{short(hi)}]"
 
 
+def paired_interval_text(dv, lo, hi) -> str:
+    """'+0.270 [+0.180,+0.360]': a paired difference with its CI, signed."""
+    return f"{dv:+.3f} [{lo:+.3f},{hi:+.3f}]"
+
+
 # ---------------------------------------------------------------- figures
 def save_figure(fig, stem: str | os.PathLike) -> tuple[Path, Path]:
     """Save a figure as ``stem.png`` and ``stem.pdf``."""
