@@ -52,14 +52,14 @@ define run_nb
 	@$(PY) -m vrr notebook $(1) $(2) $(3)
 endef
 
-.PHONY: all env engine-env bfcl-env models test test-fast reproduce generate resolve bench bench-engine clean-results help
+.PHONY: all env sandbox-tool engine-env bfcl-env models test test-fast reproduce generate resolve bench bench-engine clean-results help
 all: reproduce
 
 help:
 	@sed -n '2,12p' Makefile
 
 # ------------------------------------------------------------------ environments
-env: $(VENV)/.installed
+env: $(VENV)/.installed sandbox-tool
 $(VENV)/.installed: pyproject.toml
 	@if command -v conda >/dev/null 2>&1 && [ -z "$$VRR_NO_CONDA" ]; then \
 	  echo "[env] conda found: creating $(VENV) from environment.yml"; \
@@ -71,6 +71,17 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[notebooks,test,tasks,dspy,inspect]"
 	@touch $@
+
+# Model-written code runs only inside bubblewrap (Debian's 'bubblewrap'; vrr/loop/sandbox.py).
+sandbox-tool:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "[env] installing bubblewrap (the sandbox for model-written code)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	  else \
+	    echo "bubblewrap (bwrap) is missing: the sandbox for model-written code needs it; install Debian's 'bubblewrap' package" >&2; \
+	    exit 1; \
+	  fi; }
 
 # The CPU engine lives in its own virtualenv outside the clone (3.4 GB; reused across clones).
 engine-env: $(ENGINE_VENV)/.installed

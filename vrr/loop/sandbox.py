@@ -1,66 +1,56 @@
-"""Run untrusted Python (model-written code) in a contained subprocess (App. B: MBPP validity is
-"sandboxed unit tests ... 5-second timeout").
+"""Run untrusted Python (model-written code) inside bubblewrap (App. B: MBPP validity is "sandboxed
+unit tests ... 5-second timeout").
 
-Each program runs in a fresh interpreter in a fresh temporary directory, deleted afterwards:
+Every program runs in a fresh ``bwrap`` sandbox (bubblewrap, the isolation tool Flatpak builds on;
+Debian package ``bubblewrap``, installed by ``make env``). What a program sees and may use:
 
-* **process**: a new session and process group (``start_new_session``); a tiny bootstrap starts a
-  keeper process as PID 1 of a new PID namespace when the kernel allows it, and the keeper runs
-  the program. When the program ends, or the keeper is killed on timeout (by a pidfd, never by
-  name), the kernel kills every process left in the namespace, including ones that called
-  ``setsid()``. Without a PID namespace the whole process group is killed;
-* **time**: a wall-clock timeout (default 5 s, the paper's) plus ``RLIMIT_CPU`` as a backstop; or, with
-  ``cpu_limit``, the CPU time is the limit and the wall clock the backstop (MBPP labels do this, so
-  that a loaded machine cannot turn a correct program into a timeout);
-* **memory, files, processes**: ``RLIMIT_AS`` 1 GiB, ``RLIMIT_FSIZE`` 10 MB per file,
-  ``RLIMIT_NOFILE`` 64, ``RLIMIT_CORE`` 0, and (when the uid is switched) ``RLIMIT_NPROC`` 32;
-* **user**: when the parent runs as root, the program runs as a dedicated unprivileged uid/gid
-  (``UID_BASE + slot``, a number with no passwd entry, one slot per concurrent sandbox, held by a
-  lock file) with no supplementary groups; its working directory is chowned to that uid. So it
-  cannot write to root-owned directories, read 0600/0700 files, signal the parent or read the
-  parent's ``/proc/<pid>/environ``;
-* **network**: a new, empty network namespace (``unshare(CLONE_NEWNET)`` via libc; only a down
-  loopback device), so no connection leaves the sandbox, not even to 127.0.0.1;
-* **environment**: nothing of the parent's: only ``PATH=/usr/bin:/bin``, ``LANG``, ``HOME`` and
-  ``TMPDIR`` (the sandbox directory), ``PYTHONHASHSEED=0`` (labels do not depend on set order)
-  and ``PYTHONDONTWRITEBYTECODE=1``; stdin is ``/dev/null``;
-* **interpreter**: ``-s -S -B``: no user or system site-packages, no bytecode files. ``-I``
-  is not used because its ``-E`` would drop ``PYTHONHASHSEED=0``; the environment is already
-  scrubbed, so ``-E`` adds nothing. When the uid is switched the interpreter must be reachable
-  by that uid: ``sys.executable`` if every directory on its path is world-searchable, else the
-  system ``python3.X`` (recorded in ``SandboxResult.interpreter``);
-* **output**: stdout and stderr go to files outside the sandbox directory (capped by
-  ``RLIMIT_FSIZE``); only the last ``OUTPUT_CAP`` bytes of each are read back.
+* **filesystem**: read-only ``/usr`` (with the usual ``/lib``, ``/lib64``, ``/bin`` links), the
+  interpreter's own prefix (its standard library), and the allowed third-party packages
+  (:data:`ALLOWED_PACKAGES`) under ``/opt/vrr-site``; its program at ``/sandbox/main.py``, read-only.
+  ``/tmp`` and ``/dev/shm`` are private tmpfs mounts of at most :data:`TMPFS_BYTES` each that vanish
+  with the sandbox. None of the repository, ``../shared``, the home folder, ``/etc`` or the host's
+  ``/proc`` is visible (``/proc`` is the sandbox's own);
+* **namespaces**: new user, PID, network, IPC, UTS and cgroup namespaces (``--unshare-all``); the
+  program runs as uid/gid 65534 with no capabilities, in a new session, and cannot create further
+  user namespaces. The network namespace is empty: no connection leaves the sandbox, not even to
+  127.0.0.1. When bubblewrap's init exits, the kernel kills every process left in the PID namespace;
+  bubblewrap dies with its parent (``--die-with-parent``);
+* **limits**: one cgroup per run holds every process of the program: :data:`MEMORY_LIMIT` bytes of
+  memory in total (tmpfs pages included, no swap) and at most :data:`TASK_LIMIT` tasks (processes and
+  threads together). Per process: ``RLIMIT_CPU`` (the CPU-time limit), ``RLIMIT_FSIZE`` 10 MB per
+  file, ``RLIMIT_NOFILE`` 256, no core files. A wall-clock limit for the whole run is enforced here;
+  on expiry the cgroup's processes are killed;
+* **environment**: only ``PATH``, ``LANG``, ``HOME=/tmp``, ``PYTHONPATH=/opt/vrr-site``,
+  ``PYTHONDONTWRITEBYTECODE=1`` and ``PYTHONHASHSEED`` (a parameter); stdin is ``/dev/null``;
+  interpreter flags ``-s -S -B`` (no site-packages but the allowed ones, no bytecode files);
+* **output**: stdout and stderr go to files outside the sandbox (capped by ``RLIMIT_FSIZE``); only the
+  last ``OUTPUT_CAP`` bytes of each are read back.
 
-Each :class:`SandboxResult` records which of uid switch, network namespace and PID namespace
-were in effect (``uid``, ``net_isolated``, ``pid_isolated``): a kernel or an unprivileged user
-that refuses them gets a run without them, and the result says so.
+Where bubblewrap is missing or cannot start, :func:`run_many` raises :class:`SandboxError` saying
+what is missing. Where the machine offers no writable cgroup (v1 or v2) for memory and tasks, it
+raises too, unless weaker isolation is asked for explicitly (``allow_weak=True`` or
+``VRR_SANDBOX_ALLOW_WEAK=1``): then each process gets ``RLIMIT_AS`` = :data:`MEMORY_LIMIT` /
+:data:`WEAK_PROCESS_SLOTS` and ``RLIMIT_NPROC``, so their sum fits, and :func:`isolation_record`
+says ``"cgroup": null`` (the arrays' meta records it).
 
-What is NOT isolated: the filesystem is the host's. The program can read every world-readable
-file (including the benchmark data under ``../shared/data``), write into world-writable
-directories (``/tmp``, ``/var/tmp``, ``/dev/shm``; 10 MB per file, no total quota), and see the
-host's process list in ``/proc``. There is no seccomp filter, no cgroup (memory is bounded per
-process only, so NPROC x AS is the worst case), and no limit on disk use in total. This is a
-guard against accidents and against the usual failure modes of generated code (infinite loops,
-fork and memory bombs, stray writes, network calls), **not a security boundary against a
-determined attacker**. Never run generated code in the project's own process: use this module.
+What it is not: there is no seccomp filter, so the program can use every system call the kernel
+allows an unprivileged user in a user namespace; a kernel bug reachable from there is not contained.
+CPU time is bounded per process, not summed across the program's processes. Never run generated
+code in the project's own process: use this module.
 
-Call it from one thread at a time (the child is set up by ``subprocess``'s ``preexec_fn``);
-:func:`run_many` overlaps several programs from that one thread.
+Call it from one thread at a time; :func:`run_many` overlaps several programs from that one thread.
 """
 from __future__ import annotations
 
-import ctypes
 import errno
-import fcntl
-import json
+import importlib.metadata
+import importlib.util
 import math
 import os
-import pwd
 import resource
 import select
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -70,83 +60,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-DEFAULT_TIMEOUT = 5.0          # seconds of wall time (App. B: MBPP unit tests, 5 s timeout)
-MEMORY_LIMIT = 1 << 30         # RLIMIT_AS, bytes
+DEFAULT_TIMEOUT = 5.0          # seconds (App. B: MBPP unit tests, 5 s timeout)
+MEMORY_LIMIT = 1 << 30         # bytes, all processes of one run together (cgroup)
+TASK_LIMIT = 256               # processes + threads of one run together (cgroup pids.max)
+TMPFS_BYTES = 64 << 20         # size of the private /tmp and /dev/shm (also charged to MEMORY_LIMIT)
 FILE_SIZE_LIMIT = 10 << 20     # RLIMIT_FSIZE, bytes per file written
-OPEN_FILES_LIMIT = 64          # RLIMIT_NOFILE
-PROCESS_LIMIT = 32             # RLIMIT_NPROC for the sandbox uid (processes + threads)
+OPEN_FILES_LIMIT = 256         # RLIMIT_NOFILE
 OUTPUT_CAP = 64 << 10          # bytes of stdout / stderr read back (the tail)
-UID_BASE = int(os.environ.get("VRR_SANDBOX_UID_BASE", "990000"))
-UID_SLOTS = 64
-PROGRAM_NAME = "main.py"
+WEAK_PROCESS_SLOTS = 8         # without a cgroup: RLIMIT_AS = MEMORY_LIMIT / this, RLIMIT_NPROC = this
+SANDBOX_UID = 65534            # "nobody" inside the user namespace
+ALLOWED_PACKAGES = ("numpy",)  # third-party packages a program may import (besides the standard library)
+PROGRAM_PATH = "/sandbox/main.py"
+SITE_DIR = "/opt/vrr-site"
+CGROUP_PREFIX = "vrr-sandbox"
 
-_CLONE_NEWNET = 0x40000000
-_CLONE_NEWPID = 0x20000000
-_CLONE_NEWUSER = 0x10000000
-_PR_SET_PDEATHSIG = 1
-
-# Runs as the sandboxed process (host PID namespace) before the program. It forks a keeper, the
-# first process (PID 1) of the new PID namespace when unshare succeeded, tells the parent the
-# keeper's pid and its namespaces, and exits with the program's status. The keeper forks and execs
-# the program (not PID 1 itself, so signals behave as usual: PID 1 ignores default-action signals),
-# waits for it and exits with its status; the keeper's exit takes every process of the namespace
-# with it. Bootstrap, keeper and program die with their parents (PDEATHSIG).
-_BOOTSTRAP = r"""
-import os, sys, json
-fd, interp, prog = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-def ns(name):
-    try:
-        return os.readlink("/proc/self/ns/" + name)
-    except OSError:
-        return ""
-def status(pid):
-    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    return code if code >= 0 else 128 - code
-os.set_inheritable(fd, False)
-boot = os.getpid()
-try:
-    keeper = os.fork()
-except OSError as e:
-    os.write(2, ("sandbox: fork failed: %s\n" % e).encode())
-    os._exit(125)
-def die_with_parent():
-    try:
-        import ctypes
-        ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
-    except Exception:
-        pass
-if keeper == 0:
-    die_with_parent()
-    if os.getppid() not in (boot, 0):
-        os._exit(137)
-    try:
-        prog_pid = os.fork()
-    except OSError as e:
-        os.write(2, ("sandbox: fork failed: %s\n" % e).encode())
-        os._exit(125)
-    if prog_pid == 0:
-        die_with_parent()
-        try:
-            os.execv(interp, [interp, "-s", "-S", "-B", prog])
-        finally:
-            os._exit(126)
-    os._exit(status(prog_pid))
-os.write(fd, json.dumps({"init": keeper, "net": ns("net"), "pid": ns("pid_for_children")}).encode())
-os.close(fd)
-os._exit(status(keeper))
-"""
+WEAK_ENV = "VRR_SANDBOX_ALLOW_WEAK"
 
 
 @dataclass
 class SandboxResult:
     """The outcome of one sandboxed program.
 
-    ``passed``: exit status 0 within the timeout. ``returncode``: the program's exit status
-    (128 + N when killed by signal N, e.g. 137 when the sandbox killed it on timeout). ``error``: the
-    last line of a traceback (e.g. ``AssertionError`` or ``NameError: name 'f' is not defined``),
-    ``"timeout after 5.0 s"``, or ``""``. ``stdout`` / ``stderr``: the last ``OUTPUT_CAP`` bytes.
-    ``uid``: the uid it ran as (None: the parent's own). ``net_isolated`` / ``pid_isolated``:
-    whether the network / PID namespace was in effect."""
+    ``passed``: exit status 0 within the limits. ``returncode``: the program's exit status (128 + N
+    when killed by signal N). ``error``: the last line of a traceback (e.g. ``AssertionError``),
+    ``"timeout after 5 s"``, ``"cpu time limit of 5 s exceeded"``, ``"memory limit ..."`` or ``""``.
+    ``stdout`` / ``stderr``: the last ``OUTPUT_CAP`` bytes. ``interpreter``: the interpreter path
+    inside the sandbox. ``hash_seed``: the ``PYTHONHASHSEED`` it ran with."""
 
     passed: bool
     returncode: int | None
@@ -155,11 +94,11 @@ class SandboxResult:
     stderr: str
     error: str
     seconds: float
-    net_isolated: bool
-    pid_isolated: bool
-    uid: int | None
     interpreter: str
+    hash_seed: int = 0
     output_truncated: bool = False
+    cpu_limited: bool = False
+    memory_limited: bool = False
 
 
 class SandboxError(RuntimeError):
@@ -167,157 +106,273 @@ class SandboxError(RuntimeError):
 
 
 # --------------------------------------------------------------------------- machine facts
-_LIBC = None
+def bwrap_path() -> str:
+    """The bubblewrap binary, or :class:`SandboxError` naming the package to install."""
+    found = shutil.which("bwrap")
+    if not found:
+        raise SandboxError("bubblewrap ('bwrap') is not installed: the sandbox for model-written code needs it. "
+                           "Install Debian's 'bubblewrap' package (make env does this as root: apt-get install "
+                           "bubblewrap)")
+    return found
 
 
-def _libc():
-    global _LIBC
-    if _LIBC is None:
-        _LIBC = ctypes.CDLL(None, use_errno=True)
-    return _LIBC
+def interpreter() -> tuple[str, str]:
+    """(the interpreter programs run on, its prefix): the base interpreter of this Python (a venv's
+    ``bin/python`` is a link to it), whose standard library is bound read-only."""
+    exe = os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
+    return exe, os.path.realpath(sys.base_prefix)
 
 
-def _is_root() -> bool:
-    return os.geteuid() == 0
+def _allowed_package_dirs() -> list[tuple[str, Path]]:
+    """(name, folder) of each allowed package importable by this Python, and its bundled libraries."""
+    out = []
+    for name in ALLOWED_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        pkg = Path(list(spec.submodule_search_locations)[0]).resolve()
+        out.append((name, pkg))
+        libs = pkg.parent / f"{name}.libs"  # manylinux wheels keep their shared libraries beside the package
+        if libs.is_dir():
+            out.append((libs.name, libs.resolve()))
+    return out
 
 
-def _searchable_by_others(path: str) -> bool:
-    """Whether a uid with no relation to the file's owner can execute ``path``: every directory
-    on the resolved path must be world-searchable and the file world-executable."""
-    real = Path(os.path.realpath(path))
+def _package_versions() -> dict:
+    out = {}
+    for name in ALLOWED_PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+# --------------------------------------------------------------------------- cgroups
+def _cgroup_roots() -> dict | None:
+    """Where this process may create a cgroup with memory and pids limits: ``{"version": 2, "dir":
+    ...}`` or ``{"version": 1, "memory": ..., "pids": ...}``; None when neither is writable."""
+    mounts = {}
     try:
-        if not real.stat().st_mode & stat.S_IXOTH:
-            return False
-        return all(p.stat().st_mode & stat.S_IXOTH for p in real.parents)
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fstype, _, opts = (right.split() + ["", ""])[:3]
+                point = left.split()[4]
+                if fstype == "cgroup2":
+                    mounts.setdefault("v2", point)
+                elif fstype == "cgroup":
+                    for ctl in ("memory", "pids"):
+                        if ctl in opts.split(","):
+                            mounts[ctl] = point
     except OSError:
-        return False
+        return None
+    if "memory" in mounts and "pids" in mounts and all(os.access(mounts[c], os.W_OK) for c in ("memory", "pids")):
+        return {"version": 1, "memory": mounts["memory"], "pids": mounts["pids"]}
+    v2 = mounts.get("v2")
+    if v2 and os.access(v2, os.W_OK):
+        try:
+            ctl = Path(v2, "cgroup.subtree_control").read_text().split()
+        except OSError:
+            ctl = []
+        if "memory" in ctl and "pids" in ctl:
+            return {"version": 2, "dir": v2}
+    return None
 
 
-_INTERPRETERS: dict[bool, str] = {}
+_CGROUPS: dict | None | bool = False  # False: not probed yet
 
 
-def sandbox_interpreter(switch_uid: bool | None = None) -> str:
-    """The Python interpreter sandboxed programs run on: ``sys.executable`` when the sandbox uid
-    can reach it, else the system ``python3.X`` of the same version, else ``python3``."""
-    switch_uid = _is_root() if switch_uid is None else switch_uid
-    if switch_uid not in _INTERPRETERS:
-        if not switch_uid:
-            _INTERPRETERS[switch_uid] = sys.executable
+def cgroup_support() -> dict | None:
+    """The cached :func:`_cgroup_roots` of this machine."""
+    global _CGROUPS
+    if _CGROUPS is False:
+        _CGROUPS = _cgroup_roots()
+    return _CGROUPS  # type: ignore[return-value]
+
+
+class _Cgroup:
+    """One cgroup (or a v1 pair: memory + pids) holding every process of one sandbox run."""
+
+    _count = 0
+
+    def __init__(self, roots: dict):
+        _Cgroup._count += 1
+        name = f"{CGROUP_PREFIX}-{os.getpid()}-{_Cgroup._count}-{time.monotonic_ns()}"
+        if roots["version"] == 1:
+            self.dirs = [Path(roots["memory"], name), Path(roots["pids"], name)]
         else:
-            ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
-            candidates = [sys.executable, os.path.realpath(sys.executable), getattr(sys, "_base_executable", "")]
-            for name in (ver, "python3"):
-                found = shutil.which(name, path="/usr/local/bin:/usr/bin:/bin")
-                if found:
-                    candidates.append(found)
-            usable = [c for c in candidates if c and _searchable_by_others(c)]
-            if not usable:
-                raise SandboxError("no Python interpreter is reachable by an unprivileged uid "
-                                   f"(tried {candidates}); install a system python3")
-            _INTERPRETERS[switch_uid] = usable[0]
-    return _INTERPRETERS[switch_uid]
+            self.dirs = [Path(roots["dir"], name)]
+        self.version = roots["version"]
+        for d in self.dirs:
+            d.mkdir(mode=0o700)
+        try:
+            if self.version == 1:
+                mem, pids = self.dirs
+                (mem / "memory.limit_in_bytes").write_text(str(MEMORY_LIMIT))
+                if (mem / "memory.memsw.limit_in_bytes").exists():  # no swap beyond the cap
+                    (mem / "memory.memsw.limit_in_bytes").write_text(str(MEMORY_LIMIT))
+                (pids / "pids.max").write_text(str(TASK_LIMIT))
+            else:
+                (self.dirs[0] / "memory.max").write_text(str(MEMORY_LIMIT))
+                if (self.dirs[0] / "memory.swap.max").exists():
+                    (self.dirs[0] / "memory.swap.max").write_text("0")
+                (self.dirs[0] / "pids.max").write_text(str(TASK_LIMIT))
+        except OSError:
+            self.remove()
+            raise
+
+    def procs_files(self) -> list[str]:
+        return [str(d / "cgroup.procs") for d in self.dirs]
+
+    def pids(self) -> list[int]:
+        out = set()
+        for f in self.procs_files():
+            try:
+                out.update(int(x) for x in Path(f).read_text().split())
+            except OSError:
+                pass
+        return sorted(out)
+
+    def memory_hit(self) -> bool:
+        """Whether the memory limit was reached (the kernel refused or reclaimed at the cap)."""
+        try:
+            if self.version == 1:
+                ctl = (self.dirs[0] / "memory.oom_control").read_text().split()
+                oom = int(dict(zip(ctl[::2], ctl[1::2])).get("oom_kill", 0))
+                return oom > 0 or int((self.dirs[0] / "memory.failcnt").read_text()) > 0
+            events = (self.dirs[0] / "memory.events").read_text().split()
+            return int(dict(zip(events[::2], events[1::2])).get("oom_kill", 0)) > 0
+        except (OSError, ValueError):
+            return False
+
+    def kill_all(self) -> None:
+        if self.version == 2 and (self.dirs[0] / "cgroup.kill").exists():
+            try:
+                (self.dirs[0] / "cgroup.kill").write_text("1")
+            except OSError:
+                pass
+        for _ in range(50):
+            pids = self.pids()
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.01)
+
+    def remove(self) -> None:
+        for d in self.dirs:
+            for _ in range(100):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # processes still exiting
+                    time.sleep(0.01)
 
 
-def processes_of_uid(uid: int) -> list[int]:
-    """Pids of live processes whose ``/proc/<pid>`` belongs to ``uid`` (leftover checks)."""
+def live_sandbox_processes() -> list[int]:
+    """Pids of live processes in any cgroup made by this module (leftover checks)."""
     out = []
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                if os.stat(f"/proc/{name}").st_uid == uid:
+                if CGROUP_PREFIX in Path(f"/proc/{name}/cgroup").read_text():
                     out.append(int(name))
             except OSError:
                 pass
     return out
 
 
-class _UidSlot:
-    """A dedicated sandbox uid, held by an exclusive lock file for the length of one run so
-    that concurrent sandboxes (in this or another process) never share a uid or its NPROC budget."""
-
-    LOCK_DIR = Path(tempfile.gettempdir()) / "vrr-sandbox-slots"
-
-    def __init__(self):
-        self.uid = None
-        self._fh = None
-        self.LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
-        os.chmod(self.LOCK_DIR, 0o700)  # sandboxed uids must not touch the locks
-        for slot in range(UID_SLOTS):
-            uid = UID_BASE + slot
-            try:
-                pwd.getpwuid(uid)
-                continue  # a real account: never borrow it
-            except KeyError:
-                pass
-            fh = open(self.LOCK_DIR / f"{slot}.lock", "a")
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                fh.close()
-                continue
-            if processes_of_uid(uid):  # leftovers of a crashed run: skip the slot
-                fh.close()
-                continue
-            self.uid, self._fh = uid, fh
-            return
-        raise SandboxError(f"all {UID_SLOTS} sandbox uid slots are busy")
-
-    def release(self):
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+# --------------------------------------------------------------------------- the record
+def isolation_record(allow_weak: bool | None = None) -> dict:
+    """What the sandbox is on this machine, for the arrays' meta: the tool and its version, the
+    interpreter and its version, the allowed packages and versions, the limits, and whether a cgroup
+    bounds memory and tasks (``None``: the weaker per-process limits, only on explicit opt-in)."""
+    bwrap = bwrap_path()
+    version = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip()
+    exe, _ = interpreter()
+    cg = cgroup_support()
+    if cg is None and not _weak_allowed(allow_weak):
+        raise SandboxError(_no_cgroup_message())
+    return {"tool": version, "interpreter": exe, "python": ".".join(map(str, sys.version_info[:3])),
+            "packages": _package_versions(), "memory_bytes": MEMORY_LIMIT, "tasks": TASK_LIMIT,
+            "tmpfs_bytes": TMPFS_BYTES, "file_bytes": FILE_SIZE_LIMIT,
+            "cgroup": None if cg is None else f"v{cg['version']}", "network": "none",
+            "filesystem": "read-only /usr, interpreter prefix and allowed packages; private /tmp, /dev/shm"}
 
 
-def _limits(timeout: float, switch_uid: bool, cpu_limit: float | None = None) -> list[tuple[int, tuple[int, int]]]:
-    """(resource, (soft, hard)) pairs, never above the parent's hard limits unless root. With
-    ``cpu_limit`` the CPU time is the limit (SIGXCPU at that many seconds), else a backstop one
-    second past the wall timeout."""
-    cpu = int(math.ceil(cpu_limit)) if cpu_limit is not None else int(math.ceil(timeout)) + 1
-    wanted = [(resource.RLIMIT_CPU, (cpu, cpu + 1)), (resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT)),
-              (resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT)),
+def _weak_allowed(allow_weak: bool | None) -> bool:
+    return bool(allow_weak) if allow_weak is not None else os.environ.get(WEAK_ENV) == "1"
+
+
+def _no_cgroup_message() -> str:
+    return ("the sandbox found no writable cgroup (v1 memory+pids or v2 with memory and pids delegated) to bound "
+            "the memory and tasks of a program's processes together; run as root, delegate a cgroup, or accept "
+            f"per-process limits explicitly with allow_weak=True or {WEAK_ENV}=1 (recorded in the arrays' meta)")
+
+
+# --------------------------------------------------------------------------- one run
+def _bwrap_argv(program: Path, hash_seed: int) -> tuple[list[str], str]:
+    exe, prefix = interpreter()
+    argv = [bwrap_path(), "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--disable-userns", "--hostname", "sandbox",
+            "--ro-bind", "/usr", "/usr"]
+    for top in ("lib", "lib64", "lib32", "bin", "sbin"):
+        host = Path("/", top)
+        if host.is_symlink():
+            argv += ["--symlink", os.readlink(host), f"/{top}"]
+        elif host.is_dir():
+            argv += ["--ro-bind", str(host), f"/{top}"]
+    if not prefix.startswith("/usr/"):
+        argv += ["--ro-bind", prefix, prefix]
+    if not exe.startswith((prefix + "/", "/usr/")):
+        argv += ["--ro-bind", exe, exe]
+    for name, folder in _allowed_package_dirs():
+        argv += ["--ro-bind", str(folder), f"{SITE_DIR}/{name}"]
+    argv += ["--proc", "/proc", "--dev", "/dev",
+             "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp", "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm",
+             "--ro-bind", str(program), PROGRAM_PATH, "--chdir", "/tmp", "--clearenv",
+             "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "HOME", "/tmp",
+             "--setenv", "TMPDIR", "/tmp", "--setenv", "PYTHONPATH", SITE_DIR,
+             "--setenv", "PYTHONHASHSEED", str(int(hash_seed)), "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+             "--", exe, "-s", "-S", "-B", PROGRAM_PATH]
+    return argv, exe
+
+
+def _limits(cpu_seconds: float, weak: bool) -> list[tuple[int, tuple[int, int]]]:
+    cpu = max(1, int(math.ceil(cpu_seconds)))
+    wanted = [(resource.RLIMIT_CPU, (cpu, cpu + 1)), (resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT)),
               (resource.RLIMIT_NOFILE, (OPEN_FILES_LIMIT, OPEN_FILES_LIMIT)), (resource.RLIMIT_CORE, (0, 0))]
-    if switch_uid:  # NPROC counts every process of the uid; only a dedicated uid makes it small
-        wanted.append((resource.RLIMIT_NPROC, (PROCESS_LIMIT, PROCESS_LIMIT)))
+    if weak:
+        per = MEMORY_LIMIT // WEAK_PROCESS_SLOTS
+        wanted += [(resource.RLIMIT_AS, (per, per)), (resource.RLIMIT_NPROC, (WEAK_PROCESS_SLOTS, WEAK_PROCESS_SLOTS))]
     out = []
     for res, (soft, hard) in wanted:
         cur_hard = resource.getrlimit(res)[1]
-        if not _is_root() and cur_hard != resource.RLIM_INFINITY:
+        if cur_hard != resource.RLIM_INFINITY and os.geteuid() != 0:
             soft, hard = min(soft, cur_hard), min(hard, cur_hard)
         out.append((res, (soft, hard)))
     return out
 
 
-def _make_preexec(limits, uid: int | None):
-    """The function run in the child between fork and exec: namespaces (needs privilege, so
-    first), resource limits, then the unprivileged uid, then death-with-parent (PDEATHSIG is
-    cleared by a uid change, so last)."""
-    libc = _libc()
-    if uid is not None:
-        ns_options = [_CLONE_NEWNET | _CLONE_NEWPID, _CLONE_NEWNET]
-    else:  # unprivileged: a user namespace may allow the others
-        ns_options = [_CLONE_NEWNET | _CLONE_NEWPID, _CLONE_NEWUSER | _CLONE_NEWNET | _CLONE_NEWPID,
-                      _CLONE_NEWUSER | _CLONE_NEWNET]
+def _make_preexec(limits, cgroup_procs: list[str]):
+    """Run in the child between fork and exec: join the run's cgroup (so bubblewrap and all it starts
+    are bounded together), then set the per-process limits."""
 
     def preexec():
-        for flags in ns_options:
-            if libc.unshare(flags) == 0:
-                break
+        pid = str(os.getpid())
+        for f in cgroup_procs:
+            with open(f, "w") as fh:
+                fh.write(pid)
         for res, lim in limits:
             resource.setrlimit(res, lim)
-        if uid is not None:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
     return preexec
-
-
-def _own_ns(name: str) -> str:
-    try:
-        return os.readlink(f"/proc/self/ns/{name}")
-    except OSError:
-        return ""
 
 
 def _tail(path: Path, cap: int = OUTPUT_CAP) -> tuple[str, bool]:
@@ -345,159 +400,6 @@ def error_line(stderr: str) -> str:
     return lines[-1][:500]
 
 
-# --------------------------------------------------------------------------- one run
-class _Job:
-    """One program: its directories, process and result. ``start`` / ``done`` / ``kill`` /
-    ``collect`` let :func:`run_many` keep several in flight from one thread."""
-
-    def __init__(self, code: str, timeout: float, switch_uid: bool | None = None,
-                 interpreter: str | None = None, cpu_limit: float | None = None):
-        self.code, self.timeout, self.cpu_limit = code, float(timeout), cpu_limit
-        self.switch_uid = _is_root() if switch_uid is None else switch_uid
-        self.interpreter = interpreter or sandbox_interpreter(self.switch_uid)
-        self.proc = None
-        self.slot = None
-        self.root = None
-        self.pidfd = None
-        self.status_r = None
-        self.status = None
-        self.timed_out = False
-        self.t0 = self.deadline = 0.0
-
-    def start(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="vrr-sandbox-"))
-        try:
-            self._start()
-        except BaseException:
-            self.cleanup()
-            raise
-
-    def _start(self) -> None:
-        os.chmod(self.root, 0o711)  # the sandbox uid may pass through, not list
-        work, out = self.root / "work", self.root / "out"
-        work.mkdir(mode=0o700)
-        out.mkdir(mode=0o700)  # root-only: the program cannot touch its own captured output
-        (work / PROGRAM_NAME).write_text(self.code, encoding="utf-8", errors="surrogatepass")
-        uid = None
-        if self.switch_uid:
-            self.slot = _UidSlot()
-            uid = self.slot.uid
-            os.chown(work, uid, uid)
-            os.chown(work / PROGRAM_NAME, uid, uid)
-        self.uid = uid
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(work), "TMPDIR": str(work),
-               "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
-        self.stdout_path, self.stderr_path = out / "stdout", out / "stderr"
-        status_r, status_w = os.pipe()
-        self.status_r = status_r
-        try:
-            with open(self.stdout_path, "wb") as so, open(self.stderr_path, "wb") as se:
-                self.t0 = time.monotonic()
-                self.deadline = self.t0 + self.timeout
-                self.proc = subprocess.Popen(
-                    [self.interpreter, "-s", "-S", "-B", "-c", _BOOTSTRAP, str(status_w), self.interpreter,
-                     PROGRAM_NAME],
-                    cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=so, stderr=se, close_fds=True,
-                    pass_fds=(status_w,), start_new_session=True,
-                    preexec_fn=_make_preexec(_limits(self.timeout, self.switch_uid, self.cpu_limit), uid))
-        finally:
-            os.close(status_w)
-        try:
-            self.pidfd = os.pidfd_open(self.proc.pid)
-        except (AttributeError, OSError):
-            self.pidfd = None
-
-    def done(self) -> bool:
-        return self.proc.poll() is not None
-
-    def _read_status(self) -> dict:
-        if self.status is None and self.status_r is not None:
-            os.set_blocking(self.status_r, False)
-            try:
-                raw = os.read(self.status_r, 4096)
-            except OSError:
-                raw = b""
-            try:
-                self.status = json.loads(raw.decode()) if raw else {}
-            except ValueError:
-                self.status = {}
-        return self.status or {}
-
-    def kill(self) -> None:
-        """Kill the program's whole tree: the keeper, PID 1 of the namespace (by pidfd: no pid reuse),
-        whose death takes every process of the namespace and lets the bootstrap reap it and exit; then
-        the process group, for runs without a PID namespace. Only processes this job started
-        are signalled."""
-        if self.proc is None:
-            return
-        init = self._read_status().get("init")
-        if init and self.proc.poll() is None:
-            try:
-                fd = os.pidfd_open(init)
-                try:
-                    signal.pidfd_send_signal(fd, signal.SIGKILL)
-                finally:
-                    os.close(fd)
-                self.proc.wait(timeout=2)
-            except (AttributeError, OSError, subprocess.TimeoutExpired):
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:  # pragma: no cover - an unkillable process
-            pass
-
-    def collect(self) -> SandboxResult:
-        """The result, after the process ended or was killed; removes the temporary directory."""
-        seconds = time.monotonic() - self.t0
-        status = self._read_status()
-        pid_isolated = bool(status.get("pid")) and status.get("pid") != _own_ns("pid")
-        if not pid_isolated:  # stragglers that kept the group (e.g. `sleep 100 &`) die now
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        stdout, cut_out = _tail(self.stdout_path)
-        stderr, cut_err = _tail(self.stderr_path)
-        rc = self.proc.returncode
-        if self.timed_out:
-            error = f"timeout after {self.timeout:g} s"
-        elif self.cpu_limit is not None and rc in (-signal.SIGXCPU, 128 + signal.SIGXCPU, -signal.SIGKILL, 137) \
-                and "VRR-FAIL" not in stderr:
-            error = f"cpu time limit of {self.cpu_limit:g} s exceeded"
-        elif rc == 0:
-            error = ""
-        else:
-            error = error_line(stderr) or _signal_text(rc)
-        res = SandboxResult(
-            passed=(rc == 0 and not self.timed_out), returncode=rc, timed_out=self.timed_out,
-            stdout=stdout, stderr=stderr, error=error, seconds=round(seconds, 3),
-            net_isolated=bool(status.get("net")) and status.get("net") != _own_ns("net"),
-            pid_isolated=pid_isolated, uid=self.uid, interpreter=self.interpreter,
-            output_truncated=cut_out or cut_err)
-        self.cleanup()
-        return res
-
-    def cleanup(self) -> None:
-        for fd_name in ("pidfd", "status_r"):
-            fd = getattr(self, fd_name)
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-                setattr(self, fd_name, None)
-        if self.slot is not None:
-            self.slot.release()
-            self.slot = None
-        if self.root is not None:
-            shutil.rmtree(self.root, ignore_errors=True)  # rmtree never follows the program's symlinks
-            self.root = None
-
-
 def _signal_text(rc: int | None) -> str:
     if rc is None:
         return "no exit status"
@@ -510,24 +412,143 @@ def _signal_text(rc: int | None) -> str:
     return f"exit status {rc}"
 
 
+class _Job:
+    """One program: its host-side folder (program and captured output, never visible to the program
+    but for its read-only ``main.py``), its cgroup, process and result."""
+
+    def __init__(self, code: str, timeout: float, cpu_limit: float | None, hash_seed: int, allow_weak: bool | None):
+        self.code, self.timeout = code, float(timeout)
+        self.cpu_limit = float(cpu_limit) if cpu_limit is not None else self.timeout
+        self.hash_seed = int(hash_seed)
+        self.allow_weak = allow_weak
+        self.proc = None
+        self.cgroup = None
+        self.root = None
+        self.pidfd = None
+        self.timed_out = False
+        self.t0 = self.deadline = 0.0
+        self.interpreter = ""
+
+    def start(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="vrr-sandbox-"))  # 0700, ours
+        try:
+            self._start()
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def _start(self) -> None:
+        program = self.root / "main.py"
+        program.write_text(self.code, encoding="utf-8", errors="surrogatepass")
+        os.chmod(program, 0o644)
+        roots = cgroup_support()
+        weak = roots is None
+        if weak and not _weak_allowed(self.allow_weak):
+            raise SandboxError(_no_cgroup_message())
+        self.cgroup = None if weak else _Cgroup(roots)
+        argv, self.interpreter = _bwrap_argv(program, self.hash_seed)
+        self.stdout_path, self.stderr_path = self.root / "stdout", self.root / "stderr"
+        with open(self.stdout_path, "wb") as so, open(self.stderr_path, "wb") as se:
+            self.t0 = time.monotonic()
+            self.deadline = self.t0 + self.timeout
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=so, stderr=se, close_fds=True, start_new_session=True,
+                preexec_fn=_make_preexec(_limits(self.cpu_limit, weak),
+                                         self.cgroup.procs_files() if self.cgroup else []))
+        try:
+            self.pidfd = os.pidfd_open(self.proc.pid)
+        except (AttributeError, OSError):
+            self.pidfd = None
+
+    def done(self) -> bool:
+        return self.proc.poll() is not None
+
+    def kill(self) -> None:
+        """Kill bubblewrap and every process of the run (its cgroup; its process group without one)."""
+        if self.proc is None:
+            return
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - an unkillable process
+            pass
+
+    def collect(self) -> SandboxResult:
+        """The result, after the process ended or was killed; removes the run's folder and cgroup."""
+        seconds = time.monotonic() - self.t0
+        memory_hit = self.cgroup.memory_hit() if self.cgroup is not None else False
+        self.kill()  # stragglers of an ended run die now
+        stdout, cut_out = _tail(self.stdout_path)
+        stderr, cut_err = _tail(self.stderr_path)
+        rc = self.proc.returncode
+        cpu_hit = rc in (-signal.SIGXCPU, 128 + signal.SIGXCPU)
+        if stderr.startswith("bwrap:") and rc not in (0, None):
+            self.cleanup()
+            raise SandboxError(f"bubblewrap could not start the sandbox: {stderr.strip()[:500]}")
+        if self.timed_out:
+            error = f"timeout after {self.timeout:g} s"
+        elif cpu_hit:
+            error = f"cpu time limit of {self.cpu_limit:g} s exceeded"
+        elif rc == 0:
+            error = ""
+        else:
+            error = error_line(stderr) or _signal_text(rc)
+            if memory_hit:
+                error = f"memory limit of {MEMORY_LIMIT >> 20} MiB reached ({error})"
+        res = SandboxResult(
+            passed=(rc == 0 and not self.timed_out), returncode=rc, timed_out=self.timed_out, stdout=stdout,
+            stderr=stderr, error=error, seconds=round(seconds, 3), interpreter=self.interpreter,
+            hash_seed=self.hash_seed, output_truncated=cut_out or cut_err, cpu_limited=cpu_hit,
+            memory_limited=memory_hit)
+        self.cleanup()
+        return res
+
+    def cleanup(self) -> None:
+        if self.pidfd is not None:
+            try:
+                os.close(self.pidfd)
+            except OSError:
+                pass
+            self.pidfd = None
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
+            self.cgroup.remove()
+            self.cgroup = None
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
+
+
 # --------------------------------------------------------------------------- public API
-def run_python(code: str, timeout: float = DEFAULT_TIMEOUT, *, switch_uid: bool | None = None,
-               interpreter: str | None = None, cpu_limit: float | None = None) -> SandboxResult:
-    """Run one Python program in the sandbox (module docstring) and wait for it, at most
-    ``timeout`` seconds of wall time (App. B: 5 s) and, with ``cpu_limit``, that many CPU seconds."""
-    return run_many([code], timeout=timeout, parallel=1, switch_uid=switch_uid, interpreter=interpreter,
-                    cpu_limit=cpu_limit)[0]
+def run_python(code: str, timeout: float = DEFAULT_TIMEOUT, *, cpu_limit: float | None = None, hash_seed: int = 0,
+               allow_weak: bool | None = None) -> SandboxResult:
+    """Run one Python program in the sandbox (module docstring) and wait for it: at most ``timeout``
+    seconds of wall time and ``cpu_limit`` (default: ``timeout``) CPU seconds per process."""
+    return run_many([code], timeout=timeout, parallel=1, cpu_limit=cpu_limit, hash_seeds=[hash_seed],
+                    allow_weak=allow_weak)[0]
 
 
 def run_many(codes: Sequence[str], timeout: float = DEFAULT_TIMEOUT, parallel: int = 2, progress: bool = False,
-             desc: str = "sandbox", *, switch_uid: bool | None = None,
-             interpreter: str | None = None, cpu_limit: float | None = None) -> list[SandboxResult]:
-    """Run many programs, ``parallel`` at a time (each with its own timeout), from this one
-    thread; results in input order. ``progress`` shows a tqdm bar. ``cpu_limit`` makes CPU seconds
-    the limit (a loaded machine then cannot turn a correct program into a timeout), with ``timeout``
-    as the wall-clock backstop for programs that sleep."""
+             desc: str = "sandbox", *, cpu_limit: float | None = None, hash_seeds: Sequence[int] | None = None,
+             allow_weak: bool | None = None) -> list[SandboxResult]:
+    """Run many programs, ``parallel`` at a time (each with its own limits), from this one thread;
+    results in input order. ``hash_seeds[i]`` is program i's ``PYTHONHASHSEED`` (default 0).
+    ``progress`` shows a tqdm bar."""
     if parallel < 1:
         raise ValueError("parallel must be >= 1")
+    seeds = list(hash_seeds) if hash_seeds is not None else [0] * len(codes)
+    if len(seeds) != len(codes):
+        raise ValueError(f"hash_seeds has {len(seeds)} entries for {len(codes)} programs")
+    bwrap_path()
     pending = deque(enumerate(codes))
     results: list[SandboxResult | None] = [None] * len(pending)
     running: list[tuple[int, _Job]] = []
@@ -540,7 +561,7 @@ def run_many(codes: Sequence[str], timeout: float = DEFAULT_TIMEOUT, parallel: i
         while pending or running:
             while pending and len(running) < parallel:
                 i, code = pending.popleft()
-                job = _Job(code, timeout, switch_uid=switch_uid, interpreter=interpreter, cpu_limit=cpu_limit)
+                job = _Job(code, timeout, cpu_limit, seeds[i], allow_weak)
                 job.start()
                 running.append((i, job))
             _wait_any([job for _, job in running])
@@ -577,19 +598,3 @@ def _wait_any(jobs: list[_Job]) -> None:
             if e.errno != errno.EINTR:
                 raise
     time.sleep(min(wait, 0.005))
-
-
-_CAPABILITIES: dict | None = None
-
-
-def sandbox_capabilities() -> dict:
-    """What the sandbox achieves on this machine, from one trivial probe run (cached):
-    ``{"uid": ..., "net_isolated": ..., "pid_isolated": ..., "interpreter": ...}``."""
-    global _CAPABILITIES
-    if _CAPABILITIES is None:
-        r = run_python("import os\nprint(os.getuid())", timeout=10.0)
-        if not r.passed:
-            raise SandboxError(f"the sandbox cannot run a trivial program: {r.error or r.stderr[-500:]}")
-        _CAPABILITIES = {"uid": r.uid, "net_isolated": r.net_isolated, "pid_isolated": r.pid_isolated,
-                         "interpreter": r.interpreter, "root": _is_root()}
-    return dict(_CAPABILITIES)

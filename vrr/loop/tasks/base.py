@@ -87,6 +87,11 @@ class Task:
         another interpreter) override this to check the whole batch in one go."""
         return [self.label_round(rd, problem) for rd, problem in items]
 
+    def execution_record(self) -> dict | None:
+        """For tasks whose label or votes run model-written code: the execution rule and the sandbox
+        it ran in (stored in the arrays' meta); None for tasks that run no code."""
+        return None
+
     def make_perturbation(self, problem: Problem, seed: int, kind: str = "auto") -> dict:
         raise NotImplementedError
 

@@ -15,10 +15,11 @@
   an untagged block only when there is no tagged one; an unclosed final block counts, as when the
   output was cut at the token budget). ``None`` when there is no code. It never raises.
 * The label (App. B: "sandboxed unit tests on MBPP (5-second timeout)"): the code, after the task's
-  ``test_imports``, passes ALL of its ``test_list`` asserts in :mod:`vrr.loop.sandbox` within 5 s of
-  wall time. A harness runs the code and then each assert in one namespace, and prints a random
-  marker only after the last assert, so ``sys.exit(0)`` or ``os._exit(0)`` inside the code cannot
-  pass. The code is never compiled or run in this process.
+  ``test_imports``, passes ALL of its ``test_list`` asserts under
+  :data:`vrr.loop.testcheck.LABEL_RULE` (5 s of CPU time per process, every hash seed of the rule,
+  the bubblewrap sandbox). The code runs in a recording program; the asserts are judged by a
+  replay program the code never ran in (:mod:`vrr.loop.testcheck`), so it cannot see the hidden
+  tests or fake their outcome. The code is never compiled or run in this process.
 * ``make_perturbation`` / ``apply_perturbation`` (PM stress, App. B): one number, number word or
   condition word of the statement (never of the shown test) is changed, deterministic per
   ``(seed, index)``; the spec stores only the edited span, like GSM8K's.
@@ -33,7 +34,6 @@ import hashlib
 import json
 import os
 import re
-import secrets
 import textwrap
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
@@ -41,7 +41,7 @@ from pathlib import Path
 
 from ...common.paths import shared_data_dirs
 from ..prompts import PromptSet
-from ..sandbox import DEFAULT_TIMEOUT, run_many
+from ..testcheck import LABEL_RULE, VOTE_RULE, ExecutionRule, run_tests
 from .base import Problem, Task, local_file
 from .gsm8k import _numeric_spans, _perturb_number, _rng
 from .gsm8k import apply_perturbation as _apply_span_edit
@@ -50,8 +50,6 @@ DATASET = "mbpp"
 SPLIT_TASK_IDS = {"prompt": (1, 10), "test": (11, 510), "validation": (511, 600), "train": (601, 974)}
 SHOWN_TEST_HEAD = "\nYour code should pass this test:\n"
 MAX_CODE_CHARS = 50_000  # longer "solutions" are labeled invalid without running them
-TEST_TIMEOUT = DEFAULT_TIMEOUT  # App. B: 5 s, enforced as CPU time so that labels do not depend on machine load
-WALL_TIMEOUT = 30.0             # the wall-clock backstop (programs that sleep use no CPU)
 
 
 @dataclass(frozen=True)
@@ -139,64 +137,6 @@ def extract_answer(text: str | None) -> str | None:
     return code if code.strip() else None
 
 
-# The harness runs inside the sandbox: imports, the code, each assert, in one namespace (as if
-# concatenated into one script), and reports only the first failure: which test, the exception,
-# and for `assert call == expected` the value the call returned. It never prints a test's source.
-_HARNESS = r'''
-def _vrr_harness(code, imports, tests, marker):
-    import ast, os, sys, time, traceback
-    t0 = time.monotonic()
-    g = {"__name__": "__main__", "__builtins__": __builtins__}
-
-    def fail(where, exc, test=None):
-        msg = traceback.format_exception_only(type(exc), exc)[-1].strip()
-        if test is not None and isinstance(exc, AssertionError) and time.monotonic() - t0 < 2.0:
-            try:
-                node = ast.parse(test).body[0]
-                if isinstance(node, ast.Assert) and isinstance(node.test, ast.Compare) \
-                        and len(node.test.ops) == 1 and isinstance(node.test.ops[0], ast.Eq):
-                    got = eval(compile(ast.Expression(node.test.left), "<got>", "eval"), g)
-                    msg += " (the call returned %s)" % repr(got)[:200]
-            except BaseException:
-                pass
-        try:
-            sys.stdout.flush()
-        except BaseException:
-            pass
-        os.write(2, ("\nVRR-FAIL %s: %s\n" % (where, msg)).encode("utf-8", "replace"))
-        os._exit(1)
-
-    try:
-        exec(compile(imports, "<test imports>", "exec"), g)
-    except BaseException as e:
-        fail("test imports", e)
-    try:
-        exec(compile(code, "<solution>", "exec"), g)
-    except BaseException as e:
-        fail("solution", e)
-    for i, test in enumerate(tests, 1):
-        try:
-            exec(compile(test, "<test %d>" % i, "exec"), g)
-        except BaseException as e:
-            fail("test %d of %d" % (i, len(tests)), e, test)
-    try:
-        sys.stdout.flush()
-    except BaseException:
-        pass
-    os.write(1, ("\n" + marker + "\n").encode())
-    os._exit(0)
-
-'''
-
-
-def _harness(code: str, ref: Reference, marker: str) -> str:
-    return (_HARNESS + f"_vrr_harness({code!r}, {chr(10).join(ref.imports)!r}, {list(ref.tests)!r}, "
-            f"{marker!r})\n")
-
-
-_FAIL_LINE = re.compile(r"^VRR-FAIL (.*)$", re.M)
-
-
 def _pre_check(answer) -> str | None:
     """Why an answer is invalid without running it (None: it must run)."""
     if answer is None:
@@ -210,9 +150,10 @@ def _pre_check(answer) -> str | None:
     return None
 
 
-def check_many(pairs: list[tuple[object, Problem]], timeout: float = TEST_TIMEOUT, parallel: int = 2,
+def check_many(pairs: list[tuple[object, Problem]], rule: ExecutionRule = LABEL_RULE, parallel: int = 2,
                progress: bool = False) -> list[CheckResult]:
-    """Check many (code answer, problem) pairs in the sandbox, ``parallel`` at a time; identical
+    """Check many (code answer, problem) pairs against the problems' tests with
+    :func:`vrr.loop.testcheck.run_tests` under ``rule``, ``parallel`` programs at a time; identical
     pairs (same code, same problem, same tests) run once. Never raises on a malformed answer: it is
     invalid with a reason."""
     out: list[CheckResult | None] = [None] * len(pairs)
@@ -225,26 +166,10 @@ def check_many(pairs: list[tuple[object, Problem]], timeout: float = TEST_TIMEOU
             # the tests are part of the key: the execution verifiers run one plan against M different asserts
             to_run.setdefault((answer, problem.answer.task_id, tuple(problem.answer.tests)), []).append(i)
     keys = list(to_run)
-    markers = [f"VRR-ALL-TESTS-PASSED-{secrets.token_hex(16)}" for _ in keys]
-    programs = [_harness(key[0], pairs[to_run[key][0]][1].answer, mk) for key, mk in zip(keys, markers)]
-    results = run_many(programs, timeout=max(WALL_TIMEOUT, timeout), parallel=parallel, progress=progress,
-                       desc="mbpp tests", cpu_limit=timeout)
-    for key, marker, r in zip(keys, markers, results):
-        if r.passed and marker in r.stdout:
-            res = CheckResult(True, "", r.seconds)
-        else:
-            fails = _FAIL_LINE.findall(r.stderr)
-            if r.timed_out:
-                why = f"timeout: the tests did not finish within {max(WALL_TIMEOUT, timeout):g} s of wall time"
-            elif r.error.startswith("cpu time limit"):
-                why = f"timeout: the tests used more than {timeout:g} s of CPU time"
-            elif fails:
-                why = fails[-1].strip()
-            elif r.passed:
-                why = "the program exited before the tests ran"
-            else:
-                why = r.error or f"exit status {r.returncode}"
-            res = CheckResult(False, why[:600], r.seconds)
+    items = [(key[0], "\n".join(pairs[to_run[key][0]][1].answer.imports), list(key[2])) for key in keys]
+    results = run_tests(items, rule=rule, parallel=parallel, progress=progress, desc="mbpp tests")
+    for key, r in zip(keys, results):
+        res = CheckResult(r.passed, r.reason, r.seconds)
         for i in to_run[key]:
             out[i] = res
     return out  # type: ignore[return-value]
@@ -371,7 +296,7 @@ class MBPP(Task):
 
     name = DATASET
     prompts = PROMPTS
-    label_rule = "mbpp sanitized: all test_list asserts (after test_imports) pass in vrr.loop.sandbox, 5 s wall timeout"
+    label_rule = "mbpp sanitized: all test_list asserts (after test_imports) pass; " + LABEL_RULE.text()
     splits = tuple(SPLIT_TASK_IDS)
     parallel = 2          # sandboxed programs in flight at once
     progress_min = 200    # label batches at least this big show a progress bar
@@ -416,7 +341,7 @@ class MBPP(Task):
         return self.check_many([(answer, problem)])[0]
 
     def is_valid(self, answer, problem: Problem) -> bool:
-        """App. B's MBPP label: all of the problem's unit tests pass in the sandbox within 5 s."""
+        """App. B's MBPP label: all of the problem's unit tests pass under :data:`LABEL_RULE`."""
         return self.check(answer, problem).valid
 
     def failing_feedback(self, answer, problem: Problem) -> str:
@@ -425,12 +350,17 @@ class MBPP(Task):
         res = self.check(answer, problem)
         return "" if res.valid else res.reason
 
+    def execution_record(self) -> dict:
+        """The execution rule of the label and of the votes, with the sandbox they ran in (arrays' meta)."""
+        return {"label": LABEL_RULE.record(), "votes": VOTE_RULE.record()}
+
     def run_asserts(self, items: list[tuple[object, Problem, str]]) -> list[CheckResult]:
-        """Run each code answer against ONE given assert (after the problem's test imports) in the
-        sandbox: what the execution verifiers vote with. The assert is the verifier's, never a hidden test."""
+        """Run each code answer against ONE given assert (after the problem's test imports) under
+        :data:`vrr.loop.testcheck.VOTE_RULE`: what the execution verifiers vote with. The assert is the
+        verifier's, never a hidden test."""
         pairs = [(code, SimpleNamespace(answer=replace(problem.answer, tests=(test,))))
                  for code, problem, test in items]
-        return check_many(pairs, parallel=self.parallel)
+        return check_many(pairs, rule=VOTE_RULE, parallel=self.parallel)
 
     def visible_test(self, problem: Problem) -> str:
         """The one test the prompt shows (the others stay hidden: they are the label)."""
