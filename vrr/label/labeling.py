@@ -98,6 +98,9 @@ def build_setting(cfg: RunConfig, traj: Sequence[dict], probe: Sequence[dict] | 
         "validity_by_round": [float(v) for v in y.mean(axis=0)],
         "accept_rate_by_round": [float(v) for v in (S.mean(axis=0) / cfg.M)],
     }
+    execution = task.execution_record()
+    if execution is not None:
+        meta["execution"] = execution
     if run_meta:
         eng = run_meta.get("engine", {})
         meta["engine"] = {k: eng.get(k) for k in ("backend", "model", "engine_config", "versions")}
@@ -132,32 +135,24 @@ def finalize_setting(paths: store.RunPaths, cfg: RunConfig | None = None,
     stored_config = store.read_stored_config(paths)
     cfg = from_stored(stored_config, str(paths.config))
 
-    dataset = get_task(cfg.dataset).dataset
-
-    def in_window(records, split, indices):
-        # a record of another dataset or split (a stray line) is not part of the window, whatever its index
-        return [r for r in records if r.get("dataset", dataset) == dataset and r.get("split") == split
-                and r["index"] in indices]
-
-    traj = store.unique_by_index(store.read_part(paths.traj_part, repair=False))
-    want = set(range(cfg.start, cfg.start + cfg.n))
-    traj = in_window(traj, cfg.split, want)
+    traj_window = store.trajectory_window(cfg)
+    store.check_window_fits(traj_window, len(get_task(cfg.dataset).load(cfg.split)))
+    traj = store.read_window_records(paths.traj_part, traj_window)
+    want = set(traj_window.indices)
     traj_complete = {r["index"] for r in traj} == want
     probe_missing = ""
+    probe_window = None
     if cfg.probe_from:
         src = store.RunPaths(out_root, cfg.probe_from)
-        if not src.config.exists():
+        if src.config.exists():
+            probe_window = store.probe_window(from_stored(store.read_stored_config(src), str(src.config)))
+        else:
             probe_missing = f"the probe's owner {src.dir} has no config.json"
-        probe = store.unique_by_index(store.read_part(src.probe_part, repair=False)) if src.probe_part.exists() else []
-        src_cfg = store.read_stored_config(src) if src.config.exists() else {}
-        probe_n = src_cfg.get("probe_n", 0)
-        probe_split = src_cfg.get("probe_split")
-        probe_start = src_cfg.get("probe_start", 0)
+        probe = store.read_window_records(src.probe_part, probe_window) if probe_window else []
     else:
-        probe = store.unique_by_index(store.read_part(paths.probe_part, repair=False))
-        probe_n, probe_split, probe_start = cfg.probe_n, cfg.probe_split, cfg.probe_start
-    pwant = set(range(probe_start, probe_start + probe_n)) if probe_split else set()
-    probe = in_window(probe, probe_split, pwant)
+        probe_window = store.probe_window(cfg)
+        probe = store.read_window_records(paths.probe_part, probe_window)
+    pwant = set(probe_window.indices) if probe_window is not None and probe_window.split else set()
     probe_complete = {r["index"] for r in probe} == pwant and not probe_missing
     if traj_complete:
         store.write_jsonl_gz(paths.traj, traj)

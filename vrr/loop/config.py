@@ -108,10 +108,31 @@ def from_stored(stored: dict[str, Any], source: str = "config.json") -> RunConfi
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"{source}: field '{unknown[0]}': unknown key in a run config")
-    try:
-        return RunConfig(**data)
-    except TypeError as exc:
-        raise ValueError(f"{source}: {exc}") from exc
+    missing = sorted(f.name for f in dataclasses.fields(RunConfig)
+                     if f.name not in data and f.default is dataclasses.MISSING)
+    if missing:
+        raise ValueError(f"{source}: field '{missing[0]}' missing (fields missing: {', '.join(missing)})")
+    for f in dataclasses.fields(RunConfig):
+        if f.name in data and not _has_type(data[f.name], f.type):
+            raise ValueError(f"{source}: field '{f.name}' is {data[f.name]!r}, expected {f.type}")
+    for name in ("start", "n", "probe_start", "probe_n", "K_max"):
+        if data[name] < 0:
+            raise ValueError(f"{source}: field '{name}' is {data[name]}, expected >= 0")
+    return RunConfig(**data)
+
+
+def _has_type(value: Any, annotation: str) -> bool:
+    """Whether a stored JSON value fits a field annotation of RunConfig ("int", "str | None", ...)."""
+    for name in (part.strip() for part in annotation.split("|")):
+        if name == "None" and value is None:
+            return True
+        if name == "str" and isinstance(value, str):
+            return True
+        if name == "int" and isinstance(value, int) and not isinstance(value, bool):
+            return True
+        if name == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return True
+    return False
 
 
 def protocol_differences(stored: RunConfig, requested: RunConfig) -> list[str]:

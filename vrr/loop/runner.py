@@ -193,22 +193,45 @@ def generate(cfg: RunConfig, engine=None, out_root: Path | str = store.DEFAULT_O
     ``engine``: one engine for every role, a ``{role: engine}`` mapping, or None to build the
     engines of the config (one per distinct model). ``limit`` caps the number of NEW instances
     this call (for timed sessions); ``phases`` selects probe and/or trajectories.
+
+    The run's lock (``generate.lock``) is held for the whole session: a second generator on the
+    same run stops at once with a :class:`vrr.loop.store.RunLockedError` naming the holder. Before
+    any engine starts, the windows are checked against the dataset, ``config.json`` and
+    ``run_meta.json`` are read, and the part files are checked (foreign and malformed records set
+    aside, conflicting duplicates refused).
     """
     task = task or get_task(cfg.dataset)
     paths = store.RunPaths(Path(out_root), cfg.setting)
+    with store.run_lock(paths.generate_lock):
+        _generate_locked(cfg, paths, task, engine, limit, phases, progress)
+    return paths
+
+
+def _generate_locked(cfg: RunConfig, paths: store.RunPaths, task: Task, engine, limit: int | None,
+                     phases: Sequence[str], progress: bool) -> None:
+    traj_window = store.trajectory_window(cfg, task.dataset)
+    probe_window = store.probe_window(cfg, task.dataset)
+    problems = task.load(cfg.split)
+    store.check_window_fits(traj_window, len(problems))
+    traj_problems = problems[cfg.start:cfg.start + cfg.n]
+    probe_problems: list[Problem] = []
+    if probe_window.n > 0:
+        probe_all = task.load(cfg.probe_split)
+        store.check_window_fits(probe_window, len(probe_all))
+        if "probe" in phases:
+            probe_problems = probe_all[cfg.probe_start:cfg.probe_start + cfg.probe_n]
     store.check_config(paths, cfg)
-    window = task.load(cfg.split)[cfg.start:cfg.start + cfg.n]
-    probe_window: list[Problem] = []
-    if "probe" in phases and cfg.probe_split and cfg.probe_n > 0 and not cfg.probe_from:
-        probe_window = task.load(cfg.probe_split)[cfg.probe_start:cfg.probe_start + cfg.probe_n]
-    done_t = {r["index"] for r in store.read_part(paths.traj_part)}
-    done_p = {r["index"] for r in store.read_part(paths.probe_part)}
-    todo_p = [p for p in probe_window if p.index not in done_p]
-    todo_t = [p for p in window if p.index not in done_t] if "traj" in phases else []
+    store.read_run_meta(paths)  # a corrupt run_meta.json stops the run here, before a batch is appended
+    # this process holds the lock, so the part files may be repaired (bad lines set aside)
+    done_t = {r["index"] for r in store.read_window_records(paths.traj_part, traj_window, repair=True)}
+    done_p = ({r["index"] for r in store.read_window_records(paths.probe_part, probe_window, repair=True)}
+              if probe_window.split else set())
+    todo_p = [p for p in probe_problems if p.index not in done_p]
+    todo_t = [p for p in traj_problems if p.index not in done_t] if "traj" in phases else []
     if limit is not None:
         todo_p, todo_t = todo_p[:limit], todo_t[:max(0, limit - len(todo_p))]
     if not (todo_p or todo_t):
-        return paths
+        return
     session = store.new_session()
     engines = _as_roles(engine) if engine is not None else make_engines(cfg, task)
     if engine is None:
@@ -218,8 +241,8 @@ def generate(cfg: RunConfig, engine=None, out_root: Path | str = store.DEFAULT_O
     t_start = time.time()
     bs = max(1, cfg.batch_size)
     for phase, todo, done, total, part, run, counter in (
-            ("probe", todo_p, done_p, len(probe_window), paths.probe_part, run_probe_batch, "probe_plans"),
-            ("traj", todo_t, done_t, len(window), paths.traj_part, run_batch, "instances")):
+            ("probe", todo_p, done_p, len(probe_problems), paths.probe_part, run_probe_batch, "probe_plans"),
+            ("traj", todo_t, done_t, len(traj_problems), paths.traj_part, run_batch, "instances")):
         if not todo:
             continue
         bar = _progress(total, len(done), f"{cfg.setting} {phase}") if progress else None
@@ -239,7 +262,6 @@ def generate(cfg: RunConfig, engine=None, out_root: Path | str = store.DEFAULT_O
         session["engine_stats"] = {k: sum(s.get(k, 0) for s in stats) for k in stats[0]}
     session["seconds"] = round(time.time() - t_start, 1)
     store.update_meta(paths, cfg, desc, session)
-    return paths
 
 
 def measure_judge_styles(engine, cfg: RunConfig, styles: Sequence[str], split: str = "train",

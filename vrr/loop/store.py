@@ -6,22 +6,36 @@ perturbations by their spec (``vrr.loop.redact`` removes verbatim restatements).
 * ``config.json``                the resolved run config (``vrr.loop.config``), checked on resume,
 * ``trajectories.part.jsonl``    one completed-instance record per line, appended and fsynced after
                                  each batch; on restart completed indices are skipped and a torn last
-                                 line is dropped, so nothing is lost or duplicated,
+                                 line is set aside, so nothing is lost or duplicated,
 * ``probe.part.jsonl``           the same for the calibration probe,
+* ``<part file>.rejected``       lines set aside from a part file (malformed, foreign, duplicate), one
+                                 JSON object each with the source file, line number and reason,
+* ``generate.lock``              the ``fcntl.flock`` lock a generator holds for its whole session; it
+                                 names the holder (pid, host, start time),
 * ``run_meta.json``              engine, model, sha256, package versions, per-session timings,
 * ``trajectories.jsonl.gz``, ``probe.jsonl.gz``  the frozen window (written by ``vrr.label``),
 * ``arrays.npz``                 the labeled arrays of the data contract (complete windows only),
                                  else ``arrays.partial.npz``.
+
+A record belongs to a run's window when its setting, dataset and split are the run's and its index
+lies in ``start .. start + n`` (:func:`window_membership`, the one predicate that resume and
+finalize share); its shape (rounds, verifier outputs) must match the run's config
+(:func:`record_shape_problem`). :func:`read_part` applies both to a run's part files.
 """
 from __future__ import annotations
 
+import base64
+import fcntl
 import gzip
 import json
 import os
+import socket
 import time
 import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from ..common.atomic import atomic_write_bytes
 from ..common.jsonio import write_json
@@ -29,6 +43,20 @@ from ..common.paths import REPO_ROOT
 from .config import RunConfig, from_stored, protocol_differences, WINDOW_KEYS
 
 DEFAULT_OUT_ROOT = REPO_ROOT / "data" / "real"
+TRAJ_PART_NAME = "trajectories.part.jsonl"
+PROBE_PART_NAME = "probe.part.jsonl"
+
+
+class RunStoreError(ValueError):
+    """A file of a run is unreadable or inconsistent; ``path`` is that file and the message starts with it."""
+
+    def __init__(self, path: str | os.PathLike, problem: str):
+        self.path = Path(path)
+        super().__init__(f"{path}: {problem}")
+
+
+class RunLockedError(RunStoreError):
+    """Another process holds a run's lock; the message names the holder (pid, host, start time)."""
 
 
 class RunPaths:
@@ -37,13 +65,14 @@ class RunPaths:
     def __init__(self, out_root: str | os.PathLike, setting: str):
         self.dir = Path(out_root) / setting
         self.config = self.dir / "config.json"
-        self.traj_part = self.dir / "trajectories.part.jsonl"
-        self.probe_part = self.dir / "probe.part.jsonl"
+        self.traj_part = self.dir / TRAJ_PART_NAME
+        self.probe_part = self.dir / PROBE_PART_NAME
         self.traj = self.dir / "trajectories.jsonl.gz"
         self.probe = self.dir / "probe.jsonl.gz"
         self.meta = self.dir / "run_meta.json"
         self.arrays = self.dir / "arrays.npz"
         self.arrays_partial = self.dir / "arrays.partial.npz"
+        self.generate_lock = self.dir / "generate.lock"
 
 
 def write_record_json(path: Path, obj) -> None:
@@ -51,8 +80,36 @@ def write_record_json(path: Path, obj) -> None:
     write_json(path, obj, indent=1, sort_keys=True, trailing_newline=True)
 
 
+def read_run_json(path: Path) -> dict:
+    """A run's JSON file (``config.json``, ``run_meta.json``) as a dict.
+
+    A missing, non-UTF-8, non-JSON or non-object file is a :class:`RunStoreError` naming it.
+    """
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise RunStoreError(path, "missing (no run was started in this folder)") from None
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise RunStoreError(path, f"not UTF-8 ({exc.reason} at byte {exc.start}); restore it from a copy "
+                                  "or delete it") from None
+    except json.JSONDecodeError as exc:
+        raise RunStoreError(path, f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+                                  "restore it from a copy or delete it") from None
+    if not isinstance(obj, dict):
+        raise RunStoreError(path, f"not a JSON object ({type(obj).__name__})")
+    return obj
+
+
 def read_stored_config(paths: RunPaths) -> dict:
-    return json.loads(paths.config.read_text())
+    """The run's ``config.json`` as stored; a corrupt or invalid file is a :class:`RunStoreError` naming it."""
+    stored = read_run_json(paths.config)
+    try:
+        from_stored(stored, str(paths.config))
+    except ValueError as exc:
+        raise RunStoreError(paths.config, str(exc).removeprefix(f"{paths.config}: ")) from None
+    return stored
 
 
 def check_config(paths: RunPaths, cfg: RunConfig) -> None:
@@ -77,8 +134,156 @@ def check_config(paths: RunPaths, cfg: RunConfig) -> None:
         write_record_json(paths.config, {**stored_raw, **{k: getattr(cfg, k) for k in WINDOW_KEYS}})
 
 
+# ---------------------------------------------------------------------------------------------
+# The window of a part file and the one predicate that decides which records belong to it
+
+
+@dataclass(frozen=True)
+class Window:
+    """The instances one part file of a run holds, and the shape of their records.
+
+    ``kind`` is "trajectories" (records with ``rounds`` rounds of ``votes`` verifier outputs each)
+    or "probe" (one plan with ``votes`` verifier outputs); ``split`` is None for a run without a
+    probe of its own.
+    """
+
+    kind: str
+    setting: str
+    dataset: str
+    split: str | None
+    start: int
+    n: int
+    votes: int
+    rounds: int | None = None
+
+    @property
+    def indices(self) -> range:
+        return range(self.start, self.start + self.n)
+
+    @property
+    def config_fields(self) -> tuple[str, str, str]:
+        """The names of the window's split, start and length in ``config.json``."""
+        return ("split", "start", "n") if self.kind == "trajectories" else ("probe_split", "probe_start", "probe_n")
+
+    def describe(self) -> str:
+        f_split, f_start, f_n = self.config_fields
+        return (f"setting {self.setting!r} {self.kind} window ({self.dataset}, "
+                f"{f_split}={self.split!r}, {f_start}={self.start}, {f_n}={self.n})")
+
+
+def _dataset_name(cfg: RunConfig, dataset: str | None) -> str:
+    if dataset is not None:
+        return dataset
+    from .tasks import get_task  # the task registry; imported here so reading records starts no task
+
+    return get_task(cfg.dataset).dataset
+
+
+def trajectory_window(cfg: RunConfig, dataset: str | None = None) -> Window:
+    """The trajectory window of a run. ``dataset``: how records name the benchmark (the task's
+    ``dataset``); looked up from ``cfg.dataset`` when not given."""
+    return Window("trajectories", cfg.setting, _dataset_name(cfg, dataset), cfg.split, cfg.start, cfg.n,
+                  votes=cfg.M, rounds=cfg.K_max + 1)
+
+
+def probe_window(cfg: RunConfig, dataset: str | None = None) -> Window:
+    """The probe window whose records the run ``cfg`` stores itself (its own ``probe.part.jsonl``).
+
+    A run that reuses another setting's probe (``probe_from``) or has none owns an empty window
+    with ``split`` None: every record in its probe part file is foreign.
+    """
+    owns = bool(cfg.probe_split) and not cfg.probe_from
+    return Window("probe", cfg.setting, _dataset_name(cfg, dataset), cfg.probe_split if owns else None,
+                  cfg.probe_start, cfg.probe_n if owns else 0, votes=cfg.probe_votes)
+
+
+IN_WINDOW, PAST_WINDOW, FOREIGN = "in window", "past the window", "foreign"
+
+
+def window_membership(record: dict, window: Window) -> tuple[str, str]:
+    """Where a record stands relative to a window, and why.
+
+    ``(IN_WINDOW, "")``: an instance of the window (same setting, dataset and split; index in
+    ``start .. start + n``). ``(PAST_WINDOW, why)``: an instance of the same run past the window's
+    end, kept because the window may be extended. ``(FOREIGN, why)``: a record of another setting,
+    dataset or split, or one before the window's start, which belongs to no window of this run.
+    """
+    for field in ("setting", "dataset", "split"):
+        if field not in record:
+            return FOREIGN, f"field '{field}' missing (the run's is {getattr(window, field)!r})"
+        if record[field] != getattr(window, field):
+            return FOREIGN, f"field '{field}' is {record[field]!r}, the run's is {getattr(window, field)!r}"
+    index = record.get("index")
+    if not isinstance(index, int) or isinstance(index, bool):
+        return FOREIGN, f"field 'index' is {index!r}, not an integer"
+    if index < window.start:
+        return FOREIGN, f"field 'index' is {index}, before the window start {window.config_fields[1]}={window.start}"
+    if index >= window.start + window.n:
+        return PAST_WINDOW, f"index {index} is past the window's end ({window.start + window.n})"
+    return IN_WINDOW, ""
+
+
+def in_window(record: dict, window: Window) -> bool:
+    """Whether ``record`` is one of the window's instances (:func:`window_membership`)."""
+    return window_membership(record, window)[0] == IN_WINDOW
+
+
+def _outputs_problem(outputs, votes: int, where: str) -> str:
+    if not isinstance(outputs, list):
+        return f"field '{where}judge' is {type(outputs).__name__}, not a list of verifier outputs"
+    if len(outputs) != votes:
+        return f"field '{where}judge' has {len(outputs)} verifier outputs, the run's M is {votes}"
+    for m, text in enumerate(outputs):
+        if not isinstance(text, str):
+            return f"field '{where}judge[{m}]' is {type(text).__name__}, not a string"
+    return ""
+
+
+def record_shape_problem(record: dict, window: Window) -> str:
+    """The first field in which a record differs from the shape of the window's records ('' when none).
+
+    A trajectory record has ``window.rounds`` rounds, round ``k`` at position ``k``, each with a
+    string ``plan`` and ``window.votes`` string verifier outputs; a probe record has one string
+    ``plan`` and ``window.votes`` string outputs. This is what labeling reads.
+    """
+    if window.kind == "probe":
+        if not isinstance(record.get("plan"), str):
+            return f"field 'plan' is {type(record.get('plan')).__name__}, not a string"
+        return _outputs_problem(record.get("judge"), window.votes, "")
+    rounds = record.get("rounds")
+    if not isinstance(rounds, list):
+        return "field 'rounds' missing" if rounds is None else f"field 'rounds' is {type(rounds).__name__}, not a list"
+    if len(rounds) != window.rounds:
+        return f"field 'rounds' has {len(rounds)} rounds, the run's K_max + 1 is {window.rounds}"
+    for k, rd in enumerate(rounds):
+        if not isinstance(rd, dict):
+            return f"field 'rounds[{k}]' is {type(rd).__name__}, not an object"
+        if rd.get("k") != k:
+            return f"field 'rounds[{k}].k' is {rd.get('k')!r}, expected {k}"
+        if not isinstance(rd.get("plan"), str):
+            return f"field 'rounds[{k}].plan' is {type(rd.get('plan')).__name__}, not a string"
+        problem = _outputs_problem(rd.get("judge"), window.votes, f"rounds[{k}].")
+        if problem:
+            return problem
+    return ""
+
+
+def check_window_fits(window: Window, dataset_size: int) -> None:
+    """Refuse a window that ends past the end of its split (it could never complete)."""
+    if window.n > 0 and window.start + window.n > dataset_size:
+        f_split, f_start, f_n = window.config_fields
+        raise ValueError(f"setting {window.setting!r}: the {window.kind} window {f_split}={window.split!r} "
+                         f"{f_start}={window.start} {f_n}={window.n} ends at index {window.start + window.n - 1}, "
+                         f"past the end of {window.dataset} {window.split} ({dataset_size} problems, "
+                         f"indices 0..{dataset_size - 1})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Part files
+
+
 class PartFileWarning(UserWarning):
-    """A part file had lines that are not completed records; they were set aside, not lost."""
+    """A part file had lines that are not records of its run; they were set aside, not lost."""
 
 
 def _parse_line(line: bytes) -> tuple[dict | None, str]:
@@ -95,42 +300,184 @@ def _parse_line(line: bytes) -> tuple[dict | None, str]:
     return rec, ""
 
 
-def read_part(path: Path, repair: bool = True) -> list[dict]:
-    """The completed records of a part file; a bad line never costs the good ones.
+def rejected_path(part: Path) -> Path:
+    """Where lines set aside from ``part`` go: ``<part>.rejected``."""
+    return part.with_name(part.name + ".rejected")
 
-    Every line that is not a completed record (not UTF-8, not JSON, not an object with an integer
-    ``index``, or the torn last line of a crash mid-write) is skipped and reported with the file and
-    line number (:class:`PartFileWarning`). With ``repair=True`` the bad lines are moved to
-    ``<file>.rejected`` and the part file is rewritten atomically with the good records only, so
-    later appends start on a clean line; completed records are never truncated away.
+
+def _rejected_entry(part: Path, number: int, line: bytes, reason: str) -> bytes:
+    entry = {"source": part.name, "line": number, "reason": reason,
+             "set_aside_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    try:
+        entry["text"] = line.decode("utf-8")
+    except UnicodeDecodeError:
+        entry["base64"] = base64.b64encode(line).decode("ascii")
+    return (json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n").encode()
+
+
+def read_rejected(part: Path) -> list[dict]:
+    """The lines set aside from ``part``: dicts with ``source``, ``line``, ``reason`` and ``raw``
+    (the line's exact bytes)."""
+    path = rejected_path(part)
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_bytes().splitlines():
+        if line.strip():
+            entry = json.loads(line)
+            entry["raw"] = base64.b64decode(entry["base64"]) if "base64" in entry else entry["text"].encode()
+            out.append(entry)
+    return out
+
+
+def _key(rec: dict) -> tuple:
+    return rec.get("setting"), rec.get("dataset"), rec.get("split"), rec["index"]
+
+
+def read_records(path: Path, window: Window | None = None, repair: bool = True) -> list[dict]:
+    """The records of a part file, in file order; a bad line never costs the good ones.
+
+    A line is set aside when it is not a record (not UTF-8, not JSON, not an object with an
+    integer ``index``, or the torn last line of a crash mid-write), and, given the ``window``,
+    when it is foreign to the run (another setting, dataset or split, or before the window's
+    start: :func:`window_membership`) or has the wrong shape (:func:`record_shape_problem`). An
+    identical copy of an earlier record is set aside as a duplicate. Records of the run past the
+    window's end are kept and returned. Every line set aside is reported with the file, line
+    number and reason (:class:`PartFileWarning`).
+
+    Two different records of one instance are a :class:`RunStoreError` naming both lines; nothing
+    is modified then.
+
+    ``repair=True`` moves the lines set aside to ``<file>.rejected`` (source, line number, reason
+    and the exact text) and rewrites the part file atomically with the kept records, so later
+    appends start on a clean line. Only the holder of the run's lock (:func:`run_lock`) may
+    repair: a rewrite under a running generator would lose its next appends.
     """
     if not path.exists():
         return []
-    raw = path.read_bytes()
-    lines = raw.split(b"\n")
+    lines = path.read_bytes().split(b"\n")
     torn = lines.pop() if lines else b""  # after the last newline: empty, or a line cut by a crash
-    recs, good_lines, bad = [], [], []
+    recs: list[dict] = []
+    good_lines: list[bytes] = []
+    bad: list[tuple[int, bytes, str]] = []
+    first_seen: dict[tuple, tuple[int, dict]] = {}
+    conflicts: list[str] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         rec, problem = _parse_line(line)
         if rec is None:
             bad.append((number, line, problem))
-        else:
-            recs.append(rec)
-            good_lines.append(line)
+            continue
+        if window is not None:
+            place, why = window_membership(rec, window)
+            if place == FOREIGN:
+                bad.append((number, line, f"not a record of {window.describe()}: {why}"))
+                continue
+            shape = record_shape_problem(rec, window)
+            if shape:
+                bad.append((number, line, f"malformed {window.kind} record (index {rec['index']}): {shape}"))
+                continue
+        key = _key(rec)
+        if key in first_seen:
+            earlier, earlier_rec = first_seen[key]
+            if rec == earlier_rec:
+                bad.append((number, line, f"identical copy of line {earlier} (duplicate collapsed)"))
+            else:
+                differ = sorted(k for k in set(rec) | set(earlier_rec) if rec.get(k) != earlier_rec.get(k))
+                conflicts.append(f"{path}:{earlier} and {path}:{number} are two different records of index "
+                                 f"{rec['index']} (fields that differ: {', '.join(differ)})")
+            continue
+        first_seen[key] = (number, rec)
+        recs.append(rec)
+        good_lines.append(line)
+    if conflicts:
+        raise RunStoreError(path, "conflicting duplicate records: " + "; ".join(conflicts[:5])
+                            + (f" (and {len(conflicts) - 5} more)" if len(conflicts) > 5 else "")
+                            + ". Keep the right record of each instance and move the other out of the file.")
     if torn.strip():
         bad.append((len(lines) + 1, torn, "torn last line (no newline: the write was interrupted)"))
     if bad:
         shown = "; ".join(f"line {n}: {why}" for n, _, why in bad[:5]) + (" ..." if len(bad) > 5 else "")
-        action = f"moved to {path.name}.rejected" if repair else "skipped"
+        action = f"moved to {rejected_path(path).name}" if repair else "skipped (left in the file)"
         warnings.warn(f"{path}: {len(bad)} bad line(s) {action}, {len(recs)} records kept ({shown})",
                       PartFileWarning, stacklevel=2)
         if repair:
-            with open(path.with_name(path.name + ".rejected"), "ab") as f:
-                f.write(b"".join(line + b"\n" for _, line, _ in bad))
+            entries = b"".join(_rejected_entry(path, n, line, why) for n, line, why in bad)
+            with open(rejected_path(path), "ab") as f:
+                f.write(entries)
+                f.flush()
+                os.fsync(f.fileno())  # set aside durably before the part file loses the lines
             atomic_write_bytes(path, b"".join(line + b"\n" for line in good_lines))
     return recs
+
+
+def part_window(path: Path) -> Window | None:
+    """The window of a run's part file, from the ``config.json`` beside it (None for a file that is
+    not a run's ``trajectories.part.jsonl`` / ``probe.part.jsonl`` or has no config beside it)."""
+    paths = RunPaths(path.parent.parent, path.parent.name)
+    if path.name not in (TRAJ_PART_NAME, PROBE_PART_NAME) or not paths.config.exists():
+        return None
+    cfg = from_stored(read_stored_config(paths), str(paths.config))
+    return trajectory_window(cfg) if path.name == TRAJ_PART_NAME else probe_window(cfg)
+
+
+def read_part(path: Path, repair: bool = True) -> list[dict]:
+    """The records of a part file (:func:`read_records`), checked against the window of the run's
+    ``config.json`` beside it when there is one (:func:`part_window`): foreign and malformed
+    records are set aside, conflicting duplicates are an error. Records past the window's end are
+    returned too; :func:`in_window` selects the window's instances."""
+    return read_records(path, part_window(path), repair=repair)
+
+
+def read_window_records(path: Path, window: Window, repair: bool = False) -> list[dict]:
+    """The window's instances stored in a part file, sorted by index (one per instance)."""
+    return sorted((r for r in read_records(path, window, repair=repair) if in_window(r, window)),
+                  key=lambda r: r["index"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The run lock
+
+
+def _lock_holder(fd: int) -> str:
+    try:
+        holder = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+        return f"pid {holder['pid']} on host {holder['host']} since {holder['started']}"
+    except (ValueError, KeyError, TypeError):
+        return "a process that has not recorded itself yet"
+
+
+@contextmanager
+def run_lock(lock_path: Path) -> Iterator[dict]:
+    """Hold an exclusive ``fcntl.flock`` on ``lock_path`` for the length of the block.
+
+    The holder's pid, host and start time are written into the file. When another process holds
+    the lock, a :class:`RunLockedError` naming that holder is raised at once (no waiting). The
+    kernel releases the lock when the holder exits, however it exits. ``lock_path`` is a parameter
+    so that parts of a run (one lock per shard) can be locked separately.
+    """
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunLockedError(lock_path, f"the run is locked by {_lock_holder(fd)}: another generator is "
+                                            f"writing {lock_path.parent}. Wait for it to finish or stop it; "
+                                            "two generators on one run would both run the whole window.") from None
+        holder = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(holder, sort_keys=True) + "\n").encode(), 0)
+        os.fsync(fd)
+        try:
+            yield holder
+        finally:
+            os.ftruncate(fd, 0)  # the file is left in place: unlinking a flock file races with a new holder
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def append_records(path: Path, records: Iterable[dict]) -> None:
@@ -153,7 +500,7 @@ def read_jsonl_gz(path: Path) -> list[dict]:
 
 
 def unique_by_index(records: list[dict]) -> list[dict]:
-    """The first record of each (split, index), sorted by index (a resumed batch may repeat one)."""
+    """The first record of each (split, index), sorted by index."""
     seen, out = set(), []
     for r in records:
         key = (r.get("split"), r["index"])
@@ -165,7 +512,7 @@ def unique_by_index(records: list[dict]) -> list[dict]:
 
 def update_meta(paths: RunPaths, cfg: RunConfig, engine_desc: dict, session: dict) -> None:
     """Record the engine and this session's counts and timings in ``run_meta.json``."""
-    meta = json.loads(paths.meta.read_text()) if paths.meta.exists() else {"sessions": []}
+    meta = read_run_meta(paths) or {"sessions": []}
     meta["engine"] = engine_desc
     meta["config"] = cfg.to_json()
     sessions = [s for s in meta.get("sessions", []) if s.get("id") != session["id"]]
@@ -227,4 +574,12 @@ def run_cost(meta: dict, records: dict[str, list[dict]] | None = None) -> dict:
 
 
 def read_run_meta(paths: RunPaths) -> dict:
-    return json.loads(paths.meta.read_text()) if paths.meta.exists() else {}
+    """The run's ``run_meta.json`` ({} before the first session); a corrupt file is a
+    :class:`RunStoreError` naming it."""
+    if not paths.meta.exists():
+        return {}
+    meta = read_run_json(paths.meta)
+    sessions = meta.get("sessions", [])
+    if not isinstance(sessions, list) or not all(isinstance(s, dict) for s in sessions):
+        raise RunStoreError(paths.meta, "field 'sessions' is not a list of session objects")
+    return meta
