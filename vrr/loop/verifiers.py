@@ -18,6 +18,9 @@ the text the repairer receives.
 * :class:`AssertJudge` (``llm_asserts``, code tasks): each of the M votes is one assert the judge
   model writes for the task (sampled afresh for every plan and round), executed against the plan's
   code in the sandbox; the vote accepts when the assert passes.
+* :class:`ProgramJudge` (``llm_program``, tasks with a final answer): each vote is a short program the
+  judge model writes for the problem alone (program-of-thought), run in the sandbox; the vote
+  accepts when what it prints agrees with the plan's final answer by the task's answer rule.
 * :class:`PRMJudge` (``prm``): a process reward model (the paper's Qwen2.5-Math-PRM-7B on MATH-500)
   scores every step of the plan; the plan is accepted when its weakest step scores >= 0.5. Its M
   votes are identical (App. H), so it is calibrated on labels.
@@ -235,6 +238,92 @@ class ShownTestJudge(_Executed):
         return records, [[int(self.parse(r) == 1) for r in row] for row in records]
 
 
+PROGRAM_SYSTEM = "You are a careful programmer. You solve math word problems by writing short Python programs."
+PROGRAM_INSTRUCTION = ("Write a short Python program that computes the answer to this problem from the numbers in it, "
+                       "and prints only the final answer as a number. Use plain Python, no input().")
+PROGRAM_PREFILL = "```python\n"
+PROGRAM_OUTPUT_CHARS = 80   # of the printed answer kept in the stored vote
+
+
+class ProgramJudge:
+    """M judge-written programs per plan (program-of-thought votes, ``llm_program``).
+
+    Each vote is a Python program the judge model writes for the problem alone (it never sees the
+    plan), run in the sandbox under :data:`vrr.loop.testcheck.VOTE_RULE`. The vote accepts when the
+    last line the program prints names the same answer as the plan's extracted answer, by the task's
+    own rule (``answers_agree``). The stored vote keeps the program and what it printed, so relabeling
+    never reruns the model or the program."""
+
+    kind = "llm_program"
+    _RESULT = re.compile(r"^# vrr-program: (AGREE|DISAGREE) \(printed (.*)\)$", re.M)
+
+    def __init__(self, max_tokens: int | None = None, temperature: float = 0.7):
+        self.max_tokens = max_tokens or 256
+        self.temperature = temperature
+
+    @staticmethod
+    def messages(problem_text: str) -> list[dict]:
+        """The program writer's conversation; it ends with the prefilled opening of a code block."""
+        return [{"role": "system", "content": PROGRAM_SYSTEM},
+                {"role": "user", "content": f"Problem:\n{problem_text}\n\n{PROGRAM_INSTRUCTION}"},
+                {"role": "assistant", "content": PROGRAM_PREFILL}]
+
+    @staticmethod
+    def printed_answer(stdout: str) -> str | None:
+        """The last non-empty line a program printed (its answer), or None."""
+        lines = [ln.strip() for ln in (stdout or "").splitlines() if ln.strip()]
+        return lines[-1][:PROGRAM_OUTPUT_CHARS] if lines else None
+
+    def parse(self, text: str | None) -> int | None:
+        m = self._RESULT.search(text or "")
+        return None if m is None else int(m.group(1) == "AGREE")
+
+    def feedback(self, outputs: Sequence[str]) -> str:
+        """The disagreement: how many programs computed another answer, and which answers they printed."""
+        printed = []
+        for t in outputs:
+            m = self._RESULT.search(t or "")
+            if m is not None and m.group(1) == "DISAGREE":
+                printed.append(m.group(2))
+        n = len(outputs)
+        if not printed:
+            return f"All {n} independent programs computed the same answer as the solution."
+        counts: dict[str, int] = {}
+        for p in printed:
+            counts[p] = counts.get(p, 0) + 1
+        shown = ", ".join(f"{a} ({c}x)" for a, c in sorted(counts.items(), key=lambda kv: -kv[1])[:4])
+        return (f"{len(printed)} of {n} independent programs that compute the answer disagree with the solution's "
+                f"final answer. They printed: {shown}.")
+
+    def votes(self, engine, task, problems: Sequence, plans: Sequence[str], M: int):
+        if not hasattr(task, "answers_agree"):
+            raise NotImplementedError(f"verifier kind 'llm_program' compares final answers: task {task.name!r} "
+                                      "has no answers_agree (use gsm8k or math500)")
+        from . import sandbox
+        from .testcheck import VOTE_RULE
+
+        outs = engine.chat([self.messages(p.question) for p in problems], temperature=self.temperature,
+                           max_tokens=self.max_tokens, n=M, stop=["```"])
+        programs, where = [], []
+        for i, o in enumerate(outs):
+            if len(o) != M:
+                raise RuntimeError(f"engine returned {len(o)} programs, expected {M}")
+            for m, text in enumerate(o):
+                programs.append((text or "").split("```", 1)[0])
+                where.append((i, m))
+        results = sandbox.run_many([p if p.strip() else "raise SystemExit('empty program')" for p in programs],
+                                   timeout=VOTE_RULE.wall_seconds, cpu_limit=VOTE_RULE.cpu_seconds,
+                                   hash_seeds=[VOTE_RULE.hash_seeds[0]] * len(programs)) if programs else []
+        records = [[""] * M for _ in problems]
+        for (i, m), prog, res in zip(where, programs, results):
+            mine = task.extract_answer(plans[i])
+            theirs = self.printed_answer(res.stdout) if res.passed else None
+            agree = mine is not None and theirs is not None and bool(task.answers_agree(mine, theirs))
+            shown = repr(theirs) if theirs is not None else f"nothing: {res.error[:60]!r}"
+            records[i][m] = f"{prog.strip()[:800]}\n# vrr-program: {'AGREE' if agree else 'DISAGREE'} (printed {shown})"
+        return records, [[int(self.parse(r) == 1) for r in row] for row in records]
+
+
 PRM_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 PRM_STEP = "<extra_0>"   # Qwen2.5-Math-PRM: the reward is read at this token after every step
 _PRM = re.compile(r"^# vrr-prm: weakest step ([0-9.]+) of (\d+) steps: (ACCEPT|REJECT)$", re.M)
@@ -330,12 +419,14 @@ def make_verifier(kind: str, style: str = "verdict", max_tokens: int | None = No
         return ResolveJudge(max_tokens, temperature)
     if kind == "visible_test":
         return ShownTestJudge()
+    if kind == "llm_program":
+        return ProgramJudge(max_tokens, temperature)
     if kind == "prm":
         return PRMJudge()
     if kind in VERIFIER_KINDS:
         raise NotImplementedError(f"verifier kind {kind!r} is registered in the settings schema but has no "
                                   "implementation in vrr.loop.verifiers yet (implemented: llm_judge, llm_resolve, "
-                                  "llm_asserts, visible_test, prm)")
+                                  "llm_asserts, llm_program, visible_test, prm)")
     raise ValueError(f"unknown verifier kind {kind!r}; known: {VERIFIER_KINDS}")
 
 

@@ -7,7 +7,9 @@ It answers the same ``chat(conversations, temperature, max_tokens, n)`` calls as
 * judge: on a correct plan, votes m = 0, 2, 4, ... accept; on a wrong plan, m = 0, 4, 8, ...
   accept (so the judge discriminates, J = 0.25);
 * repairer: flips the plan's correctness;
-* test writer (the ``llm_asserts`` verifier): the task's shown test, for every vote.
+* test writer (the ``llm_asserts`` verifier): the task's shown test, for every vote;
+* program writer (the ``llm_program`` verifier): a program printing the right answer for even votes
+  m and a wrong one for odd m.
 
 Plans are written by ``task.synthetic_plan``; the problem is found by its text in the
 conversation. ``fail_after=k`` raises ``KeyboardInterrupt`` on call k + 1 (a kill mid-run).
@@ -27,7 +29,7 @@ import time
 from typing import Sequence
 
 from ..prompts import plan_of, problem_of
-from ..verifiers import ASSERT_SYSTEM
+from ..verifiers import ASSERT_SYSTEM, PROGRAM_SYSTEM
 
 
 class FakeEngine:
@@ -72,6 +74,12 @@ class FakeEngine:
                 problem = self._lookup(conv[1]["content"].split("Task:\n", 1)[-1].rsplit("\n\n", 1)[0])
                 test = self.task.visible_test(problem) if problem is not None else "assert False"
                 outs.append([test.strip().removeprefix("assert").lstrip() + "\n"] * n)
+                continue
+            if conv[0]["content"] == PROGRAM_SYSTEM:  # the last message is the prefilled code fence
+                problem = self._lookup(problem_of(conv[:2]))
+                answers = [self.task.extract_answer(self._plan(problem, ok)) if problem is not None else None
+                           for ok in (True, False)]
+                outs.append([f"print({answers[m % 2]!r})\n" for m in range(n)])
                 continue
             problem = self._lookup(problem_of(conv))
             role = self.task.prompts.role_of(conv)
