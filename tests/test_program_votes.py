@@ -62,3 +62,7 @@ def test_a_gsm8k_window_with_program_votes_through_the_fake_engine(tmp_path):
     recs = [json.loads(line) for line in gzip.open(paths.traj, "rt")]
     assert all("# vrr-program: " in j for r in recs for rd in r["rounds"] for j in rd["judge"])
     assert np.array_equal(st.y[:, 0], np.array([1, 0, 1, 0]))
+    meta = json.loads(paths.meta.read_text())
+    rule = meta["sessions"][-1]["vote_execution"]
+    assert rule["hash_seeds"] == [0] and rule["sandbox"]["tool"].startswith("bubblewrap")
+    assert "execution" not in st.meta  # GSM8K's label runs no code

@@ -31,7 +31,7 @@ from . import store
 from .config import RunConfig
 from .redact import redact_record
 from .tasks import Problem, Task, get_task
-from .verifiers import JUDGE_MAX_TOKENS, make_verifier
+from .verifiers import JUDGE_MAX_TOKENS, executes_code, make_verifier
 
 ROLES = ("generator", "judge", "repairer")
 
@@ -233,6 +233,9 @@ def _generate_locked(cfg: RunConfig, paths: store.RunPaths, task: Task, engine, 
     if not (todo_p or todo_t):
         return
     session = store.new_session()
+    if executes_code(cfg.verifier):  # the rule and sandbox the votes of this session run under
+        from .testcheck import VOTE_RULE
+        session["vote_execution"] = VOTE_RULE.record()
     engines = _as_roles(engine) if engine is not None else make_engines(cfg, task)
     if engine is None:
         session["engine_load_seconds"] = round(sum(getattr(e, "load_seconds", 0.0)

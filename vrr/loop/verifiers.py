@@ -430,5 +430,13 @@ def make_verifier(kind: str, style: str = "verdict", max_tokens: int | None = No
     raise ValueError(f"unknown verifier kind {kind!r}; known: {VERIFIER_KINDS}")
 
 
+CODE_EXECUTING_VERIFIERS = ("llm_asserts", "visible_test", "llm_program")
+
+
+def executes_code(kind: str) -> bool:
+    """Whether a verifier's votes run model-written code (in the sandbox)."""
+    return kind in CODE_EXECUTING_VERIFIERS
+
+
 def is_deterministic(kind: str) -> bool:
     return kind in DETERMINISTIC_VERIFIERS

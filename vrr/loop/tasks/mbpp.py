@@ -351,8 +351,9 @@ class MBPP(Task):
         return "" if res.valid else res.reason
 
     def execution_record(self) -> dict:
-        """The execution rule of the label and of the votes, with the sandbox they ran in (arrays' meta)."""
-        return {"label": LABEL_RULE.record(), "votes": VOTE_RULE.record()}
+        """The label's execution rule with the sandbox it ran in (arrays' meta). The votes' rule is
+        recorded per generation session in ``run_meta.json`` (``vote_execution``), where they ran."""
+        return {"label": LABEL_RULE.record()}
 
     def run_asserts(self, items: list[tuple[object, Problem, str]]) -> list[CheckResult]:
         """Run each code answer against ONE given assert (after the problem's test imports) under
