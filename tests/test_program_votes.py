@@ -66,3 +66,12 @@ def test_a_gsm8k_window_with_program_votes_through_the_fake_engine(tmp_path):
     rule = meta["sessions"][-1]["vote_execution"]
     assert rule["hash_seeds"] == [0] and rule["sandbox"]["tool"].startswith("bubblewrap")
     assert "execution" not in st.meta  # GSM8K's label runs no code
+
+
+def test_a_program_vote_gets_a_program_sized_budget_unless_the_setting_names_one():
+    cfg = run_config(load_config("gsm8k_cpu_favorable", overrides={"verifier.kind": "llm_program"}), setting="b")
+    assert cfg.judge_tokens() == 256
+    cfg = run_config(load_config("gsm8k_cpu_favorable", overrides={"verifier.kind": "llm_program",
+                                                                   "verifier.max_tokens": 300}), setting="b")
+    assert cfg.judge_tokens() == 300
+    assert run_config(load_config("gsm8k_cpu_favorable"), setting="b").judge_tokens() == 4  # one-word verdict

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from .verifiers import JUDGE_MAX_TOKENS
+from .verifiers import JUDGE_MAX_TOKENS, VERIFIER_MAX_TOKENS
 
 
 @dataclass
@@ -55,7 +55,8 @@ class RunConfig:
     notes: str = ""
 
     def judge_tokens(self) -> int:
-        return self.judge_max_tokens or JUDGE_MAX_TOKENS[self.judge_style]
+        """The token budget of one vote: the setting's, else the verifier kind's default, else the judge style's."""
+        return self.judge_max_tokens or VERIFIER_MAX_TOKENS.get(self.verifier) or JUDGE_MAX_TOKENS[self.judge_style]
 
     def perturbed_round(self, k: int) -> bool:
         if self.perturb == "none":

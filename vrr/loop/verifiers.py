@@ -39,8 +39,10 @@ from typing import Sequence
 
 from ..settings import DETERMINISTIC_VERIFIERS, JUDGE_STYLES, VERIFIER_KINDS
 
-# default generated-token budgets per judge vote
+# default generated-token budgets per judge vote: by judge style for the LLM judge, by kind for the
+# verifiers that write something longer than a verdict
 JUDGE_MAX_TOKENS = {"verdict": 4, "check": 96, "reason": 512}
+VERIFIER_MAX_TOKENS = {"llm_asserts": 96, "llm_program": 256, "llm_resolve": 512}
 
 _ACC = re.compile(r"\b(ACCEPT(?:ED)?|CORRECT)\b", re.I)
 _REJ = re.compile(r"\b(REJECT(?:ED)?|INCORRECT|WRONG|NOT\s+CORRECT)\b", re.I)
@@ -175,7 +177,7 @@ class AssertJudge(_Executed):
     kind = "llm_asserts"
 
     def __init__(self, max_tokens: int | None = None, temperature: float = 0.7):
-        self.max_tokens = max_tokens or 96
+        self.max_tokens = max_tokens or VERIFIER_MAX_TOKENS["llm_asserts"]
         self.temperature = temperature
 
     @staticmethod
@@ -258,7 +260,7 @@ class ProgramJudge:
     _RESULT = re.compile(r"^# vrr-program: (AGREE|DISAGREE) \(printed (.*)\)$", re.M)
 
     def __init__(self, max_tokens: int | None = None, temperature: float = 0.7):
-        self.max_tokens = max_tokens or 256
+        self.max_tokens = max_tokens or VERIFIER_MAX_TOKENS["llm_program"]
         self.temperature = temperature
 
     @staticmethod
@@ -336,7 +338,7 @@ class ResolveJudge:
     _RESULT = re.compile(r"^# vrr-resolve: (AGREE|DISAGREE)", re.M)
 
     def __init__(self, max_tokens: int | None = None, temperature: float = 0.7):
-        self.max_tokens = max_tokens or 512
+        self.max_tokens = max_tokens or VERIFIER_MAX_TOKENS["llm_resolve"]
         self.temperature = temperature
 
     def parse(self, text: str | None) -> int | None:
