@@ -34,7 +34,7 @@ KINDS = ("simulated", "real")
 TASKS = ("gsm8k", "math500", "mbpp", "bfcl_single", "bfcl_multi")
 REGIMES = ("favorable", "pm_stress", "nonstationary", "independent_resampling")
 PERTURBATION_EDITS = ("none", "numeric", "condition", "auto")
-VERIFIER_KINDS = ("llm_judge", "llm_resolve", "llm_asserts", "visible_test", "prm", "executor")
+VERIFIER_KINDS = ("llm_judge", "llm_resolve", "llm_asserts", "llm_program", "visible_test", "prm", "executor")
 # Repeated queries of these give the same answer (App. H): their rho0, rho1 come from labeled samples.
 DETERMINISTIC_VERIFIERS = ("visible_test", "prm", "executor")
 JUDGE_STYLES = ("verdict", "check", "reason")
