@@ -8,31 +8,42 @@ from pathlib import Path
 
 import pytest
 
-from test_processes import assert_no_survivor
+from test_processes import RunProcesses, assert_no_survivor
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.chain
-def test_sigterm_to_make_during_06_stops_everything_and_publishes_nothing(tmp_path):
-    mark = uuid.uuid4().hex
-    results = tmp_path / "results"
+def _kill_make_during_06(results, mark, sig):
+    """Start ``make reproduce``, send ``sig`` to make while 06's kernel computes, check nothing survives."""
     env = dict(os.environ, VRR_TEST_MARK=mark)
     cmd = ["make", "--no-print-directory", "reproduce", f"RESULTS={results}", "SETTINGS=sim_qwen3b_favorable",
            "N=40", "RESAMPLES=100", "FLIP_REPS=200", "FLIP_EVAL=500"]   # a slow 06: the flip grid
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    run = RunProcesses(mark)
     deadline = time.time() + 600
     while not (results / "06_figures.ipynb.tmp.ipynb").exists():
         assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
         assert time.time() < deadline
+        run.scan()
         time.sleep(0.2)
     time.sleep(3)  # 06 is running: its kernel is computing
-    os.kill(proc.pid, signal.SIGTERM)
+    assert any("ipykernel" in t["cmdline"] for t in run.scan().values()), "06's kernel is not a member of the run"
+    os.kill(proc.pid, sig)
     proc.wait(timeout=60)
     assert proc.returncode != 0
-    assert_no_survivor(mark, within=20)
+    assert_no_survivor(run, within=20)
     assert not (results / "06_figures.ipynb").exists()
+    assert not (results / "06_figures.ipynb.tmp.ipynb").exists()
     assert not (results / "README.md").exists()
     assert not (results / "tables").exists() and not (results / "figures").exists()
     # the per-setting steps before 06 finished and stay valid
     assert (results / "sim_qwen3b_favorable" / "05_stats.ipynb").is_file()
+
+
+@pytest.mark.chain
+def test_sigkill_or_sigterm_to_make_during_06_stops_everything_and_publishes_nothing(tmp_path):
+    """SIGKILL gives make no chance to clean up: the notebook runner learns of its parent's death from
+    the kernel (PR_SET_PDEATHSIG) and stops its own kernel. The second make reuses steps 01-05."""
+    results = tmp_path / "results"
+    _kill_make_during_06(results, uuid.uuid4().hex, signal.SIGKILL)
+    _kill_make_during_06(results, uuid.uuid4().hex, signal.SIGTERM)

@@ -2,8 +2,8 @@
 
 ``python -m vrr generate`` is a supervisor around a worker in its own process group. The fake
 engine's stub child stands in for vLLM's EngineCore here (tests/test_engine_real.py does the same
-with the real engine). Every process of a run carries a marker in its environment, so survivors
-are found even after they were re-parented.
+with the real engine). Survivors are found by marker, process group and descent (:class:`RunProcesses`),
+so a renamed child without the marker that outlived its parent is found too.
 """
 import os
 import signal
@@ -18,20 +18,71 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def marked(mark: str) -> list[tuple[int, bool]]:
-    """(pid, is_worker) of every live process whose environment carries ``mark``."""
-    out = []
+def _proc_table() -> dict[int, dict]:
+    """pid -> ppid, pgid, start time, state, marker environment and command line of every live process."""
+    table = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
+            stat = (d / "stat").read_text()
             env = (d / "environ").read_bytes().split(b"\0")
-            state = (d / "stat").read_text().split(")")[-1].split()[0]
+            cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if f"VRR_TEST_MARK={mark}".encode() in env and state != "Z":
-            out.append((int(d.name), b"VRR_GENERATE_WORKER=1" in env))
-    return out
+        fields = stat.rsplit(")", 1)[1].split()
+        table[int(d.name)] = {"state": fields[0], "ppid": int(fields[1]), "pgid": int(fields[2]),
+                              "start": int(fields[19]), "env": env, "cmdline": cmdline}
+    return table
+
+
+class RunProcesses:
+    """Every process of one run, found three ways so that none escapes by renaming itself, clearing
+    its environment or being re-parented: the marker ``VRR_TEST_MARK=<mark>`` in the environment, the
+    process groups of marked processes (vLLM's EngineCore and workers share the generation worker's
+    group), and descent from a member. Each :meth:`scan` remembers what it saw (pid and start time),
+    so a process seen once is still found after its parent died."""
+
+    def __init__(self, mark: str):
+        self.mark = f"VRR_TEST_MARK={mark}".encode()
+        self.seen: dict[int, int] = {}          # pid -> start time
+        self.groups: set[int] = set()
+        self.ours = {os.getpid(), os.getpgrp()}   # the test itself and its group are never members
+
+    def scan(self) -> dict[int, dict]:
+        """The members alive now (zombies excluded), by pid."""
+        table = {pid: t for pid, t in _proc_table().items() if t["state"] != "Z"}
+        members = {pid for pid, t in table.items() if self.mark in t["env"]}
+        members |= {pid for pid, t in table.items() if t["pgid"] in self.groups}
+        members |= {pid for pid, start in self.seen.items() if table.get(pid, {}).get("start") == start}
+        grew = True
+        while grew:   # descendants of members
+            new = {pid for pid, t in table.items() if t["ppid"] in members} - members
+            members |= new
+            grew = bool(new)
+        members -= {os.getpid()}
+        for pid in members:
+            self.seen.setdefault(pid, table[pid]["start"])
+            if table[pid]["pgid"] not in self.ours:
+                self.groups.add(table[pid]["pgid"])
+        return {pid: table[pid] for pid in members}
+
+    def roles(self) -> dict[str, list[int]]:
+        """Members of a generation run by role: worker, engine (a worker's child that is not Python's
+        resource tracker), other."""
+        alive = self.scan()
+        workers = [p for p, t in alive.items() if b"VRR_GENERATE_WORKER=1" in t["env"]]
+        engine = [p for p, t in alive.items() if t["ppid"] in workers and "resource_tracker" not in t["cmdline"]]
+        return {"worker": workers, "engine": engine,
+                "other": [p for p in alive if p not in workers and p not in engine]}
+
+
+def assert_no_survivor(run: RunProcesses, within=8.0):
+    deadline = time.time() + within
+    while run.scan() and time.time() < deadline:
+        time.sleep(0.2)
+    left = run.scan()
+    assert left == {}, "processes outlived the run: " + "; ".join(f"{p}: {t['cmdline'][:80]}" for p, t in left.items())
 
 
 def start_run(tmp_path, mark):
@@ -41,31 +92,61 @@ def start_run(tmp_path, mark):
            "--probe-n", "0", "--set", "K_max=1", "--set", "M=2", "--batch-size", "2", "--run-name", "kill",
            "--out-root", str(tmp_path), "--no-progress"]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    run = RunProcesses(mark)
     deadline = time.time() + 60
-    while len(marked(mark)) < 3:  # supervisor, worker, the engine's stand-in child
+    while not (proc.pid in run.scan() and all(run.roles()[r] for r in ("worker", "engine"))):
         assert proc.poll() is None, proc.communicate()
         assert time.time() < deadline, "the run did not start its engine"
         time.sleep(0.2)
     time.sleep(1.0)  # let a batch or two finish
-    return proc
+    run.scan()
+    return proc, run
 
 
-def assert_no_survivor(mark, within=8.0):
-    deadline = time.time() + within
-    while marked(mark) and time.time() < deadline:
+PLANT = """
+import ctypes, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c",
+    "import ctypes, time; ctypes.CDLL(None).prctl(15, b'EngineCore', 0, 0, 0); time.sleep(600)"], env={})
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_orphan_check_finds_a_renamed_unmarked_reparented_child():
+    """The check is shown to catch what the marker alone misses: a child with an empty environment and
+    another process name, which outlives its parent (re-parented, like an EngineCore whose worker was
+    SIGKILLed)."""
+    mark = uuid.uuid4().hex
+    parent = subprocess.Popen([sys.executable, "-c", PLANT], env=dict(os.environ, VRR_TEST_MARK=mark),
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    child = int(parent.stdout.readline())
+    try:
+        run = RunProcesses(mark)
+        assert set(run.scan()) == {parent.pid, child}
+        assert run.mark not in _proc_table()[child]["env"]          # the marker alone would miss it
+        parent.kill()
+        parent.wait()
         time.sleep(0.2)
-    assert marked(mark) == [], "processes outlived the run"
+        assert _proc_table()[child]["ppid"] != parent.pid           # re-parented
+        assert set(run.scan()) == {child}
+        with pytest.raises(AssertionError, match="outlived"):
+            assert_no_survivor(run, within=0.5)
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 @pytest.mark.parametrize("target, sig", [("supervisor", signal.SIGKILL), ("supervisor", signal.SIGTERM),
                                          ("worker", signal.SIGKILL), ("worker", signal.SIGTERM)])
 def test_killing_a_run_leaves_no_process(tmp_path, target, sig):
     mark = uuid.uuid4().hex
-    proc = start_run(tmp_path, mark)
-    pid = proc.pid if target == "supervisor" else next(p for p, worker in marked(mark) if worker)
+    proc, run = start_run(tmp_path, mark)
+    pid = proc.pid if target == "supervisor" else run.roles()["worker"][0]
     os.kill(pid, sig)
     proc.wait(timeout=30)
-    assert_no_survivor(mark)
+    assert_no_survivor(run)
     # what finished before the kill is intact, and a rerun completes the window
     rerun = subprocess.run([sys.executable, "-m", "vrr", "generate", "gsm8k_cpu_favorable", "--backend", "fake",
                             "--n", "40", "--probe-n", "0", "--set", "K_max=1", "--set", "M=2", "--batch-size", "8",

@@ -215,6 +215,22 @@ def start_orphan_watchdog(interval: float = 1.0) -> None:
     threading.Thread(target=watch, name="vrr-orphan-watchdog", daemon=True).start()
 
 
+def die_with_parent(sig: int) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux ``PR_SET_PDEATHSIG``),
+    so that ``make`` killed by any signal, SIGKILL included, takes its notebooks with it. If the parent
+    is already gone when this runs, ``sig`` is raised at once."""
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    pr_set_pdeathsig = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(pr_set_pdeathsig, int(sig), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        signal.raise_signal(sig)
+
+
 # --------------------------------------------------------------------------- one notebook of the chain
 def run_notebook(notebook: str | os.PathLike, output: str | os.PathLike, parameters: dict[str, Any],
                  cwd: str | os.PathLike | None = None) -> int:
@@ -222,7 +238,8 @@ def run_notebook(notebook: str | os.PathLike, output: str | os.PathLike, paramet
 
     The notebook runs into ``<output>.tmp.ipynb``; success renames it to ``output``; failure keeps it
     as ``<output stem>.failed.ipynb`` with the log. SIGTERM, SIGINT and SIGHUP stop the kernel (papermill
-    shuts it down on the way out), so killing ``make`` stops the whole run and leaves no output that looks
+    shuts it down on the way out), and the death of the parent (``make``, by any signal) sends SIGTERM
+    (:func:`die_with_parent`), so killing ``make`` stops the whole run and leaves no output that looks
     complete. Returns the exit status (0 on success).
     """
     import signal
@@ -239,6 +256,7 @@ def run_notebook(notebook: str | os.PathLike, output: str | os.PathLike, paramet
 
     for s in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, stop)
+    die_with_parent(signal.SIGTERM)
     print(f"[papermill] {Path(notebook).name} -> {output}", flush=True)
     # The kernel and papermill write to our stderr; keep it in a log that is shown only on failure.
     log = output.with_name(output.name + ".log")
