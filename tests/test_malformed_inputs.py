@@ -209,3 +209,123 @@ def test_battery_counts():
     total = sum(OUTCOMES.values())
     print(f"\nmalformed-input battery: {total} tried; " + "; ".join(f"{k}: {v}" for k, v in sorted(OUTCOMES.items())))
     assert total > 0
+
+
+# --------------------------------------------------------------------------- hostile arrays files (issue 19)
+def _run_setting() -> Setting:
+    """A setting as a generation run writes it: its meta restates the arrays in many places."""
+    from vrr.core.model import class_accept_rates
+
+    s = _valid_setting()
+    meta = {"setting": "run", "split": "test", "M": 8, "K_max": 3, "indices": list(range(20, 32)),
+            "validity_by_round": [float(v) for v in s.y.mean(axis=0)],
+            "accept_rate_by_round": [float(v) for v in s.S.mean(axis=0) / 8],
+            "probe": {"split": "train", "indices": list(range(10)), "votes": 16,
+                      **class_accept_rates(s.probe_S, s.probe_y, 16)},
+            "config": {"setting": "run", "split": "test", "start": 20, "n": 12, "M": 8, "K_max": 3,
+                       "probe_votes": 16}}
+    return Setting(S=s.S, y=s.y, M=8, probe_S=s.probe_S, probe_M=16, probe_y=s.probe_y, meta=meta)
+
+
+def _write_members(path: Path, members: list[tuple[str, np.ndarray]]) -> Path:
+    """A zip written member by member (duplicates allowed, as a hostile writer could)."""
+    import zipfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns about a duplicate name, and writes it
+        with zipfile.ZipFile(path, "w") as zf:
+            for name, value in members:
+                buf = io.BytesIO()
+                np.lib.format.write_array(buf, np.asanyarray(value), allow_pickle=False)
+                zf.writestr(name, buf.getvalue())
+    return path
+
+
+def _refused(path: Path, field: str, words: str = ""):
+    with pytest.raises(DataContractError) as info:
+        load_setting(path)
+    assert info.value.field == field, str(info.value)
+    assert str(path) in str(info.value) and words in info.value.problem, str(info.value)
+    assert len(str(info.value)) < 600
+    return info.value
+
+
+def test_a_run_setting_round_trips(tmp_path):
+    path = save_setting(tmp_path / "run" / "arrays.npz", _run_setting())
+    assert load_setting(path).meta == _run_setting().meta
+
+
+def test_a_npy_saved_as_npz_names_the_file(tmp_path):
+    path = tmp_path / "run" / "arrays.npz"
+    path.parent.mkdir()
+    with open(path, "wb") as fh:
+        np.save(fh, np.zeros((3, 4), dtype=np.int16))
+    _refused(path, "<file>", ".npy")
+
+
+def test_two_members_of_the_same_name_are_refused(tmp_path):
+    s = _run_setting()
+    arrays = {k: v for k, v in _raw_arrays(s).items()}
+    arrays["meta"] = np.asarray(json.dumps(s.meta))
+    members = [(f"{k}.npy", v) for k, v in arrays.items()] + [("S.npy", np.zeros_like(s.S))]
+    _refused(_write_members(tmp_path / "run" / "arrays.npz", members), "S", "twice")
+    # "S" and "S.npy" are the same array for numpy.load
+    members = [(f"{k}.npy", v) for k, v in arrays.items()] + [("S", np.zeros_like(s.S))]
+    _refused(_write_members(tmp_path / "run2" / "arrays.npz", members), "S", "twice")
+
+
+def test_a_vote_count_beyond_the_bound_is_refused(tmp_path):
+    s = _run_setting()
+    arrays = _raw_arrays(s)
+    arrays["M"] = np.asarray(2 ** 64 - 1, dtype=np.uint64)
+    arrays["meta"] = np.asarray(json.dumps({"setting": "run"}))
+    _refused(_write_members(tmp_path / "run" / "arrays.npz", [(f"{k}.npy", v) for k, v in arrays.items()]),
+             "M", "<= 1024")
+
+
+def _set(meta: dict, dotted: str, value):
+    *parents, last = dotted.split(".")
+    for p in parents:
+        meta = meta[p]
+    meta[last] = value
+
+
+@pytest.mark.parametrize("dotted, value, field, words", [
+    ("indices", [str(i) for i in range(20, 32)], "meta.indices", "integer"),
+    ("indices", [20] * 12, "meta.indices", "more than once"),
+    ("indices", list(range(21, 32)), "meta.indices", "12 instances"),
+    ("indices", list(range(40, 52)), "meta.indices", "window"),
+    ("probe.indices", list(range(9)), "meta.probe.indices", "10 plans"),
+    ("probe.indices", ["a"] * 10, "meta.probe.indices", "integer"),
+    ("probe.n_valid", 0, "meta.probe.n_valid", "says 0"),
+    ("probe.J", 0.5, "meta.probe.J", "says 0.5"),
+    ("config.n", 13, "meta.config.n", "says 13"),
+    ("config.M", 9, "meta.config.M", "says 9"),
+    ("config.K_max", 4, "meta.config.K_max", "says 4"),
+    ("config.probe_votes", 8, "meta.config.probe_votes", "says 8"),
+    ("config.setting", "other", "meta.config.setting", "other"),
+    ("config", [1], "meta.config", "JSON object"),
+    ("setting", "other", "meta.setting", "folder"),
+    ("setting", 7, "meta.setting", "name"),
+    ("validity_by_round", [0.5, 0.5, 0.5], "meta.validity_by_round", "4 rounds"),
+    ("validity_by_round", [0.0, 0.0, 0.0, 0.0], "meta.validity_by_round", "round 0"),
+    ("accept_rate_by_round", [0.5] * 5, "meta.accept_rate_by_round", "4 rounds"),
+])
+def test_every_meta_field_that_restates_the_arrays_is_checked(tmp_path, dotted, value, field, words):
+    s = _run_setting()
+    meta = json.loads(json.dumps(s.meta))
+    _set(meta, dotted, value)
+    arrays = _raw_arrays(s)
+    arrays["meta"] = np.asarray(json.dumps(meta))
+    path = _write_members(tmp_path / "run" / "arrays.npz", [(f"{k}.npy", v) for k, v in arrays.items()])
+    _refused(path, field, words)
+
+
+def test_a_run_file_in_another_runs_folder_is_refused(tmp_path):
+    """The same bytes are fine in run/ and refused in other/: meta.setting names the folder."""
+    good = save_setting(tmp_path / "run" / "arrays.npz", _run_setting())
+    moved = tmp_path / "other" / "arrays.npz"
+    moved.parent.mkdir()
+    moved.write_bytes(good.read_bytes())
+    _refused(moved, "meta.setting", "folder 'other'")

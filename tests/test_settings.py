@@ -132,3 +132,165 @@ def test_simulated_setting_needs_its_parameters(tmp_path):
                     .replace("  pi: 0.74\n", ""))
     with pytest.raises(SettingConfigError, match="field 'params.pi': missing"):
         load_config(path)
+
+
+# --------------------------------------------------------------------------- hostile settings (issue 19)
+def _refused(path, field, words=""):
+    with pytest.raises(SettingConfigError) as info:
+        load_config(path)
+    assert info.value.field == field, str(info.value)
+    assert words in info.value.problem and str(path) in str(info.value), str(info.value)
+    assert len(str(info.value)) < 1000, "errors truncate what they quote"
+    return info.value
+
+
+def test_alias_bomb_is_refused_before_it_expands(tmp_path):
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 7)]
+    path = _write(tmp_path, "s", "include: base.yaml\nname: s\n" + "\n".join(lines) + "\ndescription: *a6\n",
+                  base="gsm8k_cpu_favorable")
+    _refused(path, "<file>", "anchors and aliases")
+
+
+def test_an_anchor_alone_is_refused(tmp_path):
+    path = _write(tmp_path, "s", "include: base.yaml\nname: s\nwindow: &w {N: 10}\n", base="gsm8k_cpu_favorable")
+    _refused(path, "<file>", "anchors and aliases")
+
+
+def test_errors_truncate_the_values_they_quote(tmp_path):
+    path = _write(tmp_path, "s", "include: base.yaml\nname: s\ndescription: [" + ", ".join(["123456"] * 20000) + "]\n",
+                  base="gsm8k_cpu_favorable")
+    err = _refused(path, "description", "must be a string")
+    assert "..." in err.problem
+
+
+@pytest.mark.parametrize("body, field", [
+    ("include: base.yaml\nname: s\n1: 2\n", "1"),
+    ("include: base.yaml\nname: s\nwindow: {N: 10, 3: x}\n", "window.3"),
+    ("include: base.yaml\nname: s\nnull: 2\n", "None"),
+])
+def test_non_string_keys_name_the_file_and_the_field(tmp_path, body, field):
+    path = _write(tmp_path, "s", body, base="gsm8k_cpu_favorable")
+    _refused(path, field, "key must be a name")
+
+
+def test_unhashable_keys_are_a_clear_error(tmp_path):
+    path = _write(tmp_path, "s", "include: base.yaml\nname: s\n? [a, b]\n: 1\n", base="gsm8k_cpu_favorable")
+    _refused(path, "<file>", "key must be a plain name")
+
+
+def test_deep_nesting_is_a_clear_error(tmp_path):
+    path = _write(tmp_path, "s", "include: base.yaml\nname: s\ndescription: " + "[" * 5000 + "]" * 5000 + "\n",
+                  base="gsm8k_cpu_favorable")
+    _refused(path, "<file>", "nested deeper")
+
+
+def test_a_huge_window_with_an_overlapping_probe_is_refused_at_once(tmp_path):
+    body = "include: base.yaml\nname: s\nwindow: {N: 1000000000000000}\nprobe: {split: test, start: 5, n: 10}\n"
+    _refused(_write(tmp_path, "s", body, base="gsm8k_cpu_favorable"), "window.N", "<= 1000000")
+    # within the bounds the disjointness check is arithmetic: the largest windows are checked at once
+    body = "include: base.yaml\nname: s\nwindow: {N: 1000000, start: 1000000}\nprobe: {split: test, start: 0, n: 1000000}\n"
+    assert load_config(_write(tmp_path, "s", body, base="gsm8k_cpu_favorable"))["probe"]["n"] == 10 ** 6
+    body = "include: base.yaml\nname: s\nwindow: {N: 1000000, start: 1000000}\nprobe: {split: test, start: 1, n: 1000000}\n"
+    _refused(_write(tmp_path, "s", body, base="gsm8k_cpu_favorable"), "probe.start", "disjoint")
+
+
+@pytest.mark.parametrize("line, field, words", [
+    ("temperatures: {generate: .nan}", "temperatures.generate", "finite"),
+    ("temperatures: {judge: .inf}", "temperatures.judge", "finite"),
+    ("temperatures: {repair: 1" + "0" * 400 + "}", "temperatures.repair", "finite"),
+    ("temperatures: {repair: 11.0}", "temperatures.repair", "<= 10"),
+    ("calibration: {em_tol: .nan}", "calibration.em_tol", "finite"),
+    ("window: {N: 1000000000000000}", "window.N", "<="),
+    ("window: {N: 1.0e+15}", "window.N", "must be an integer"),
+    ("M: 1000000000000", "M", "<= 1024"),
+    ("seed: " + str(2 ** 80), "seed", "<= 4294967295"),
+    ("K_max: 1001", "K_max", "<= 1000"),
+    ("probe: {M: 2000}", "probe.M", "<= 1024"),
+    ("max_tokens: {context: 100000000}", "max_tokens.context", "<="),
+    ("engine: {batch_size: 100000}", "engine.batch_size", "<="),
+    ("calibration: {em_max_iter: 100000000}", "calibration.em_max_iter", "<="),
+])
+def test_numbers_are_finite_and_bounded(tmp_path, line, field, words):
+    path = _write(tmp_path, "s", f"include: base.yaml\nname: s\n{line}\n", base="gsm8k_cpu_favorable")
+    _refused(path, field, words)
+
+
+def test_overrides_are_finite_and_bounded():
+    with pytest.raises(SettingConfigError, match=r"field 'calibration.em_tol': must be a finite number"):
+        load_config("gsm8k_cpu_favorable", overrides={"calibration.em_tol": float("nan")})
+    with pytest.raises(SettingConfigError, match=r"field 'seed': must be <= "):
+        load_config("gsm8k_cpu_favorable", overrides={"seed": 2 ** 80})
+
+
+def test_set_with_invalid_yaml_names_the_key():
+    from vrr.chain import parse_set_overrides
+
+    assert parse_set_overrides(["window.N=7", "models.judge=x"]) == {"window.N": 7, "models.judge": "x"}
+    with pytest.raises(SettingConfigError) as info:
+        parse_set_overrides(["window.N=[1, 2"])
+    assert info.value.path == "--set" and info.value.field == "window.N" and "not valid YAML" in info.value.problem
+    with pytest.raises(SettingConfigError) as info:
+        parse_set_overrides(["description=&a [1, *a]"])
+    assert info.value.field == "description" and "anchors" in info.value.problem
+    with pytest.raises(SettingConfigError) as info:
+        parse_set_overrides(["description=" + "[" * 3000 + "]" * 3000])
+    assert info.value.field == "description" and "nested" in info.value.problem
+    with pytest.raises(SettingConfigError, match="dotted key"):
+        parse_set_overrides(["../x=1"])
+
+
+@pytest.mark.parametrize("line, field", [
+    ("probe: {from: ../../..}", "probe.from"),
+    ("probe: {split: ../../etc}", "probe.split"),
+    ("window: {split: /etc/passwd}", "window.split"),
+    ("data_dir: /etc", "data_dir"),
+    ("data_dir: data/real/../../../etc", "data_dir"),
+    ("data_dir: ..", "data_dir"),
+])
+def test_names_and_paths_stay_in_the_tree(tmp_path, line, field):
+    path = _write(tmp_path, "s", f"include: base.yaml\nname: s\n{line}\n", base="gsm8k_cpu_favorable")
+    _refused(path, field)
+
+
+def test_an_include_outside_the_settings_is_refused_before_it_is_read(tmp_path):
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    outside = tmp_path / "outside.yaml"
+    outside.write_text("{{ not yaml: [")  # reading it would be a different error
+    path = inner / "s.yaml"
+    path.write_text("include: ../outside.yaml\nname: s\n")
+    _refused(path, "include", "outside the settings folder")
+    path.write_text("include: /etc/passwd\nname: s\n")
+    _refused(path, "include", "must be a .yaml file")
+    path.write_text(f"include: {outside}\nname: s\n")
+    _refused(path, "include", "outside the settings folder")
+    # a committed base is always reachable, and includes inside the folder still work
+    path.write_text(f"include: {SETTINGS_DIR}/base/simulated.yaml\nname: s\n")
+    with pytest.raises(SettingConfigError) as info:
+        load_config(path)
+    assert info.value.field != "include"
+
+
+def test_datasets_are_found_beside_the_clone_or_through_the_variable_only(monkeypatch):
+    from vrr.common.paths import REPO_ROOT, shared_data_dirs
+
+    monkeypatch.delenv("VRR_GSM8K_DIR", raising=False)
+    assert shared_data_dirs("gsm8k", env_var="VRR_GSM8K_DIR") == [REPO_ROOT.parent / "shared" / "data" / "gsm8k"]
+    monkeypatch.setenv("VRR_GSM8K_DIR", "/somewhere/gsm8k")
+    assert shared_data_dirs("gsm8k", env_var="VRR_GSM8K_DIR") == [Path("/somewhere/gsm8k"),
+                                                                  REPO_ROOT.parent / "shared" / "data" / "gsm8k"]
+
+
+@pytest.mark.parametrize("args, field", [(["--run-name", "../x"], "run_name"), (["--set", "M=[1"], "'M'"),
+                                         (["--set", "window.N=.nan"], "window.N")])
+def test_the_command_line_names_a_bad_argument_in_one_line(args, field):
+    """``python -m vrr`` turns an input error into one line naming the argument (exit 2), not a traceback."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "vrr", "resolve", "gsm8k_cpu_favorable", *args], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert out.stderr.startswith("error: ") and field in out.stderr

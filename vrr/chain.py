@@ -33,7 +33,7 @@ from .common.paths import REPO_ROOT
 from .data.contract import Setting, load_setting, save_setting
 from .data.simulate import simulate_from_config
 from .loop.store import RunPaths
-from .settings import load_config
+from .settings import check_plain_name, load_config
 
 
 def _slug(text: str) -> str:
@@ -293,13 +293,23 @@ def run_notebook(notebook: str | os.PathLike, output: str | os.PathLike, paramet
 
 # --------------------------------------------------------------------------- python -m vrr
 def parse_set_overrides(pairs: Sequence[str]) -> dict[str, Any]:
-    """``--set key=value`` pairs (dotted setting keys, YAML values) -> an overrides dict for ``load_config``."""
+    """``--set key=value`` pairs (dotted setting keys, YAML values) -> an overrides dict for ``load_config``.
+
+    The value is read like a settings file (no anchors or aliases, bounded depth); a bad pair is a
+    :class:`vrr.settings.SettingConfigError` naming ``--set`` and the key."""
+    from .settings import DOTTED_KEY, SettingConfigError, parse_yaml, short_repr
+
     out = {}
     for pair in pairs:
         if "=" not in pair:
-            raise SystemExit(f"--set takes key=value (a dotted key of the setting), got {pair!r}")
+            raise SettingConfigError("--set", short_repr(pair, 40).strip("'\""),
+                                     "takes key=value (a dotted key of the setting)")
         key, value = pair.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
+        key = key.strip()
+        if not DOTTED_KEY.match(key):
+            raise SettingConfigError("--set", short_repr(key, 40).strip("'\""),
+                                     "must be a dotted key of the setting, e.g. window.N")
+        out[key] = parse_yaml(value, "--set", key)
     return out
 
 
@@ -376,7 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(d, relabel(d))
         return 0
     cfg, _ = _resolve(a)
-    name = a.run_name or run_name(load_config(a.setting), a.model, a.verifier)
+    name = check_plain_name(a.run_name, "--run-name", "run_name") if a.run_name else \
+        run_name(load_config(a.setting), a.model, a.verifier)
     if a.command == "resolve":
         shown = {k: v for k, v in cfg.items() if not k.startswith("_")}
         out = {"setting": shown}

@@ -14,20 +14,36 @@ base is read first and the variant's keys are merged over it, mapping by mapping
 
 Everything is checked when a file is loaded: unknown keys, wrong types, values outside their
 range, duplicate keys, and a ``name`` that differs from the file name are errors that name the
-file and the field (:class:`SettingConfigError`). Nothing else in the package redefines the
+file and the field (:class:`SettingConfigError`). So are YAML anchors and aliases (``&a``/``*a``:
+a billion-laughs file is refused before it expands), keys that are not strings, nesting deeper than
+``MAX_DEPTH``, files over ``MAX_FILE_BYTES``, NaN or infinite numbers, integers written as floats, and
+names or paths that would leave the tree: ``name``, ``probe.from``, ``window.split`` and ``probe.split``
+are plain names (letters, digits, ``_ . -``), ``data_dir`` is a relative path inside the repository
+without ``..``, and an ``include:`` must be a ``.yaml`` file inside ``settings/`` (or inside the
+folder of the file being loaded); it is refused before it is read.
+
+Upper bounds (``SCHEMA``; NumPy, the ``int16`` vote arrays and vLLM are the binding constraints):
+``M`` and ``probe.M`` <= 1024 votes (``MAX_VOTES``), ``K_max`` and the perturbation
+rounds <= 1000 (``MAX_ROUNDS``), ``window.N``, ``window.start``, ``probe.n`` and ``probe.start``
+<= 10**6 (``MAX_INSTANCES``), ``seed`` <= 2**32 - 1 (a 32-bit seed, what vLLM and legacy NumPy take),
+token budgets <= 2**20, ``engine.batch_size`` <= 4096, temperatures <= 10, ``calibration.em_tol`` <= 1,
+``calibration.n_folds`` <= 1000, ``max_pairs`` and ``em_max_iter`` <= 10**6, ``em_restarts`` and
+``bb_restarts`` <= 1000, ``judge_concentration`` <= 10**9, strings <= 10,000 characters.
+Nothing else in the package redefines the
 protocol: the generation config (``vrr.loop.config``) and the notebooks' defaults are resolved
 from the dictionary returned by :func:`load_config`.
 """
 from __future__ import annotations
 
 import copy
+import math
 import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .common.paths import SETTINGS_DIR
+from .common.paths import REPO_ROOT, SETTINGS_DIR
 from .core.model import NoiseParams
 
 KINDS = ("simulated", "real")
@@ -44,6 +60,27 @@ BACKENDS = ("auto", "vllm", "vllm-cpu", "fake")
 CALIBRATION_METHODS = ("binomial_em", "mom", "labeled_mle", "beta_binomial_em")
 VOTE_ROUNDS = ("first", "all", "probe")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+DOTTED_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+# Upper bounds of a setting's sizes; they are also the data contract's (``vrr.data.contract``: votes
+# are stored as int16).
+MAX_VOTES = 1024           # M and probe.M
+MAX_ROUNDS = 1000          # K_max and the perturbation rounds
+MAX_INSTANCES = 10 ** 6    # window.N, window.start, probe.n, probe.start
+MAX_SEED = 2 ** 32 - 1
+MAX_TOKENS = 2 ** 20
+MAX_STR = 10_000
+MAX_DEPTH = 16            # the schema nests 3 deep; deeper YAML is refused before it is built
+MAX_FILE_BYTES = 1 << 20  # a settings file is a few hundred bytes
+REPR_LIMIT = 80
+
+
+def short_repr(value: Any, limit: int = REPR_LIMIT) -> str:
+    """``repr(value)`` cut to ``limit`` characters (errors never echo a whole value)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a repr that fails must not hide the real error
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 class SettingConfigError(ValueError):
@@ -71,23 +108,30 @@ class Field:
             raise SettingConfigError(path, field, "must not be empty")
         if self.kind == "int":
             if isinstance(value, bool) or not isinstance(value, int):
-                raise SettingConfigError(path, field, f"must be an integer, got {value!r}")
+                raise SettingConfigError(path, field, f"must be an integer, got {short_repr(value)}")
         elif self.kind == "float":
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise SettingConfigError(path, field, f"must be a number, got {value!r}")
-            value = float(value)
+                raise SettingConfigError(path, field, f"must be a number, got {short_repr(value)}")
+            try:
+                value = float(value)
+            except OverflowError:
+                raise SettingConfigError(path, field, f"must be a finite number, got {short_repr(value)}") from None
+            if not math.isfinite(value):
+                raise SettingConfigError(path, field, f"must be a finite number, got {value!r}")
         elif self.kind == "bool":
             if not isinstance(value, bool):
-                raise SettingConfigError(path, field, f"must be true or false, got {value!r}")
+                raise SettingConfigError(path, field, f"must be true or false, got {short_repr(value)}")
         elif self.kind == "str":
             if not isinstance(value, str):
-                raise SettingConfigError(path, field, f"must be a string, got {value!r}")
+                raise SettingConfigError(path, field, f"must be a string, got {short_repr(value)}")
+            if len(value) > MAX_STR:
+                raise SettingConfigError(path, field, f"must be at most {MAX_STR} characters, got {len(value)}")
         if self.choices and value not in self.choices:
-            raise SettingConfigError(path, field, f"must be one of {self.choices}, got {value!r}")
+            raise SettingConfigError(path, field, f"must be one of {self.choices}, got {short_repr(value)}")
         if self.low is not None and value < self.low:
-            raise SettingConfigError(path, field, f"must be >= {self.low}, got {value!r}")
+            raise SettingConfigError(path, field, f"must be >= {self.low}, got {short_repr(value)}")
         if self.high is not None and value > self.high:
-            raise SettingConfigError(path, field, f"must be <= {self.high}, got {value!r}")
+            raise SettingConfigError(path, field, f"must be <= {self.high}, got {short_repr(value)}")
         return value
 
 
@@ -112,57 +156,57 @@ SCHEMA: dict[str, Any] = {
         "regime": Field("str", required=True, choices=REGIMES),
         # What the repairer's copy of the problem gets, and for which rounds' plans (real runs).
         "edit": Field("str", default="none", choices=PERTURBATION_EDITS, only="real"),
-        "from_round": Field("int", default=1, low=1, only="real"),
-        "to_round": Field("int", default=None, low=1, nullable=True, only="real"),
+        "from_round": Field("int", default=1, low=1, high=MAX_ROUNDS, only="real"),
+        "to_round": Field("int", default=None, low=1, high=MAX_ROUNDS, nullable=True, only="real"),
     },
     "verifier": {
         "kind": Field("str", default="llm_judge", choices=VERIFIER_KINDS),
         "style": Field("str", default="verdict", choices=JUDGE_STYLES),
-        "max_tokens": Field("int", default=None, low=1, nullable=True),  # None: the style's default
+        "max_tokens": Field("int", default=None, low=1, high=MAX_TOKENS, nullable=True),  # None: the style's default
     },
     "repair": {
         "style": Field("str", default="self-refine", choices=REPAIR_STYLES),
         "mode": Field("str", default="repair", choices=REPAIR_MODES),
     },
-    "M": Field("int", required=True, low=1),
-    "K_max": Field("int", required=True, low=1),
-    "seed": Field("int", required=True, low=0),
+    "M": Field("int", required=True, low=1, high=MAX_VOTES),
+    "K_max": Field("int", required=True, low=1, high=MAX_ROUNDS),
+    "seed": Field("int", required=True, low=0, high=MAX_SEED),
     "window": {
-        "N": Field("int", required=True, low=1),
+        "N": Field("int", required=True, low=1, high=MAX_INSTANCES),
         "split": Field("str", default="test", only="real"),
-        "start": Field("int", default=0, low=0, only="real"),
+        "start": Field("int", default=0, low=0, high=MAX_INSTANCES, only="real"),
     },
     "temperatures": {
-        "generate": Field("float", default=0.7, low=0.0),
-        "judge": Field("float", default=0.7, low=0.0),
-        "repair": Field("float", default=0.7, low=0.0),
+        "generate": Field("float", default=0.7, low=0.0, high=10.0),
+        "judge": Field("float", default=0.7, low=0.0, high=10.0),
+        "repair": Field("float", default=0.7, low=0.0, high=10.0),
     },
     "max_tokens": {
-        "generate": Field("int", default=512, low=1),
-        "repair": Field("int", default=512, low=1),
-        "context": Field("int", default=4096, low=64),
+        "generate": Field("int", default=512, low=1, high=MAX_TOKENS),
+        "repair": Field("int", default=512, low=1, high=MAX_TOKENS),
+        "context": Field("int", default=4096, low=64, high=MAX_TOKENS),
     },
     "probe": {
-        "n": Field("int", default=0, low=0),
-        "M": Field("int", default=16, low=1),
+        "n": Field("int", default=0, low=0, high=MAX_INSTANCES),
+        "M": Field("int", default=16, low=1, high=MAX_VOTES),
         "split": Field("str", default="train", nullable=True, only="real"),
-        "start": Field("int", default=0, low=0, only="real"),
+        "start": Field("int", default=0, low=0, high=MAX_INSTANCES, only="real"),
         "from": Field("str", default=None, nullable=True, only="real"),  # borrow another setting's probe
     },
     "engine": {
         "backend": Field("str", default="auto", choices=BACKENDS, only="real"),
-        "batch_size": Field("int", default=10, low=1, only="real"),
+        "batch_size": Field("int", default=10, low=1, high=4096, only="real"),
     },
     "calibration": {
         "method": Field("str", default="binomial_em", choices=CALIBRATION_METHODS),
         "vote_rounds": Field("str", default="first", choices=VOTE_ROUNDS),
-        "n_folds": Field("int", default=5, low=2),
-        "max_pairs": Field("int", default=300, low=1, nullable=True),
-        "em_restarts": Field("int", default=10, low=1),
-        "em_tol": Field("float", default=1e-10, low=0.0),
-        "em_max_iter": Field("int", default=2000, low=1),
+        "n_folds": Field("int", default=5, low=2, high=1000),
+        "max_pairs": Field("int", default=300, low=1, high=10 ** 6, nullable=True),
+        "em_restarts": Field("int", default=10, low=1, high=1000),
+        "em_tol": Field("float", default=1e-10, low=0.0, high=1.0),
+        "em_max_iter": Field("int", default=2000, low=1, high=10 ** 6),
         "bb_phi_cap": Field("float", default=0.3, low=1e-6, high=1.0),
-        "bb_restarts": Field("int", default=8, low=1),
+        "bb_restarts": Field("int", default=8, low=1, high=1000),
     },
     "data_dir": Field("str", only="real", required=True),
     "params": {
@@ -170,10 +214,10 @@ SCHEMA: dict[str, Any] = {
         "beta": _rate(only="simulated"), "pi": _rate(only="simulated"),
     },
     "schedule": {
-        "start_round": Field("int", required=True, low=1, only="simulated"),
+        "start_round": Field("int", required=True, low=1, high=MAX_ROUNDS, only="simulated"),
         "perturbed": {"alpha": _rate(only="simulated"), "beta": _rate(only="simulated")},
     },
-    "judge_concentration": Field("float", default=None, low=1e-9, nullable=True, only="simulated"),
+    "judge_concentration": Field("float", default=None, low=1e-9, high=1e9, nullable=True, only="simulated"),
     "assumptions": Field("str", default="", only="simulated"),
 }
 # Blocks that must be present (their required leaves are then enforced); the others are optional.
@@ -183,15 +227,38 @@ SIMULATED_BLOCKS = {"params", "schedule"}  # params is required there, schedule 
 
 # --------------------------------------------------------------------------- YAML reading
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys instead of keeping the last one."""
+    """SafeLoader that refuses duplicate keys instead of keeping the last one, refuses anchors and
+    aliases (a billion-laughs file is stopped at its first anchor, before anything expands) and
+    refuses nesting deeper than ``MAX_DEPTH`` (before the recursive composer reaches Python's limit)."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise yaml.composer.ComposerError(None, None, "anchors and aliases (&name, *name) are not allowed "
+                                              "in settings", event.start_mark)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels",
+                                                  event.start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def _construct_mapping(loader, node, deep=False):
     seen = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(None, None, f"a key must be a plain name, got a {type(key).__name__}",
+                                                    key_node.start_mark) from None
         if key in seen:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {short_repr(key)}", key_node.start_mark)
         seen.add(key)
     return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 
@@ -199,13 +266,31 @@ def _construct_mapping(loader, node, deep=False):
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+def _yaml_problem(exc: Exception, limit: int = 400) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def parse_yaml(text: str, source, field: str = "<file>") -> Any:
+    """One YAML document read with the settings loader (no aliases, bounded depth, no duplicate keys);
+    any failure is a :class:`SettingConfigError` naming ``source`` and ``field``."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)
+    except yaml.YAMLError as exc:
+        raise SettingConfigError(source, field, f"not valid YAML ({_yaml_problem(exc)})") from None
+    except RecursionError:
+        raise SettingConfigError(source, field, f"nested too deeply (at most {MAX_DEPTH} levels)") from None
+
+
 def _read_yaml(path: Path) -> dict:
     try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_StrictLoader)
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise SettingConfigError(path, "<file>", f"is {size} bytes; a settings file is at most {MAX_FILE_BYTES}")
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise SettingConfigError(path, "<file>", f"not UTF-8 text ({exc})") from exc
-    except yaml.YAMLError as exc:
-        raise SettingConfigError(path, "<file>", f"not valid YAML ({exc})") from exc
+    raw = parse_yaml(text, path)
     if not isinstance(raw, dict):
         raise SettingConfigError(path, "<file>", "expected a mapping at top level")
     return raw
@@ -222,29 +307,50 @@ def merge(base: dict, over: dict) -> dict:
     return out
 
 
-def _read_with_includes(path: Path, chain: tuple[Path, ...] = ()) -> dict:
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+def _read_with_includes(path: Path, chain: tuple[Path, ...] = (), roots: tuple[Path, ...] = ()) -> dict:
+    """Read ``path`` and the bases it includes. An include must be a ``.yaml`` file under one of
+    ``roots`` (the settings folder and the folder of the file being loaded); it is checked before
+    it is read."""
     path = path.resolve()
+    roots = roots or (Path(SETTINGS_DIR).resolve(), path.parent)
     if path in chain:
         raise SettingConfigError(path, "include", "include cycle: " + " -> ".join(p.name for p in chain + (path,)))
     raw = _read_yaml(path)
     inc = raw.pop("include", None)
     if inc is None:
         return raw
-    if not isinstance(inc, str):
-        raise SettingConfigError(path, "include", f"must be a file name, got {inc!r}")
-    base_path = (path.parent / inc)
+    if not isinstance(inc, str) or not inc:
+        raise SettingConfigError(path, "include", f"must be a file name, got {short_repr(inc)}")
+    base_path = (path.parent / inc).resolve()
+    if base_path.suffix not in (".yaml", ".yml"):
+        raise SettingConfigError(path, "include", f"must be a .yaml file, got {short_repr(inc)}")
+    if not any(_inside(base_path, root) for root in roots):
+        raise SettingConfigError(path, "include", f"{short_repr(inc)} is outside the settings folder "
+                                 f"({', '.join(str(r) for r in roots)})")
     if not base_path.is_file():
         raise SettingConfigError(path, "include", f"no such file {base_path}")
-    return merge(_read_with_includes(base_path, chain + (path,)), raw)
+    return merge(_read_with_includes(base_path, chain + (path,), roots), raw)
 
 
 # --------------------------------------------------------------------------- validation
 def _validate_block(raw: dict, schema: dict, kind: str, path, prefix: str = "") -> dict:
     if not isinstance(raw, dict):
-        raise SettingConfigError(path, prefix.rstrip(".") or "<file>", f"must be a mapping, got {raw!r}")
+        raise SettingConfigError(path, prefix.rstrip(".") or "<file>", f"must be a mapping, got {short_repr(raw)}")
+    for key in raw:
+        if not isinstance(key, str):
+            raise SettingConfigError(path, prefix + short_repr(key, 40),
+                                     f"a key must be a name (a string), got the {type(key).__name__} {short_repr(key, 40)}")
     unknown = sorted(set(raw) - set(schema))
     if unknown:
-        raise SettingConfigError(path, prefix + str(unknown[0]),
+        raise SettingConfigError(path, prefix + unknown[0][:60],
                                  f"unknown key (known here: {', '.join(sorted(schema))})")
     out: dict[str, Any] = {}
     for key, spec in schema.items():
@@ -280,8 +386,7 @@ def validate_config(raw: dict, path, kind_hint: str | None = None) -> dict:
     if kind not in KINDS:
         raise SettingConfigError(path, "kind", f"must be one of {KINDS}, got {kind!r}")
     cfg = _validate_block(raw, SCHEMA, kind, path)
-    if not NAME_PATTERN.match(cfg["name"]):
-        raise SettingConfigError(path, "name", f"must be a plain name (letters, digits, _ . -), got {cfg['name']!r}")
+    check_plain_name(cfg["name"], path, "name")
     if kind == "simulated":
         try:
             NoiseParams(**cfg["params"])
@@ -301,20 +406,43 @@ def validate_config(raw: dict, path, kind_hint: str | None = None) -> dict:
         if pert["regime"] != "favorable" and pert["edit"] == "none":
             raise SettingConfigError(path, "perturbation.edit",
                                      f"regime {pert['regime']!r} needs an edit (numeric, condition or auto)")
-        probe = cfg["probe"]
-        if probe["n"] > 0 and probe["from"] is None and probe["split"] == cfg["window"]["split"]:
-            a = range(cfg["window"]["start"], cfg["window"]["start"] + cfg["window"]["N"])
-            b = range(probe["start"], probe["start"] + probe["n"])
-            if set(a) & set(b):
+        probe, window = cfg["probe"], cfg["window"]
+        check_plain_name(window["split"], path, "window.split")
+        for key in ("split", "from"):
+            if probe[key] is not None:
+                check_plain_name(probe[key], path, f"probe.{key}")
+        cfg["data_dir"] = check_repo_path(cfg["data_dir"], path, "data_dir")
+        if probe["n"] > 0 and probe["from"] is None and probe["split"] == window["split"]:
+            # [a, a + N) and [b, b + n) overlap iff each starts before the other ends (no sets built)
+            if probe["start"] < window["start"] + window["N"] and window["start"] < probe["start"] + probe["n"]:
                 raise SettingConfigError(path, "probe.start", "the probe window must be disjoint from the evaluation window")
     return cfg
+
+
+def check_plain_name(value: Any, source, field: str) -> str:
+    """``value`` if it is a plain name (letters, digits, ``_ . -``; not starting with ``.``), usable as
+    one folder or file name that stays where it is put; else a :class:`SettingConfigError`."""
+    if not isinstance(value, str) or len(value) > 200 or not NAME_PATTERN.match(value):
+        raise SettingConfigError(source, field, f"must be a plain name (letters, digits, _ . -), got {short_repr(value)}")
+    return value
+
+
+def check_repo_path(value: Any, source, field: str, root: Path = REPO_ROOT) -> str:
+    """``value`` if it is a relative path of plain names inside the repository (no ``..``, not absolute)."""
+    parts = value.split("/") if isinstance(value, str) else []
+    if not parts or not all(NAME_PATTERN.match(p) for p in parts) or Path(value).is_absolute():
+        raise SettingConfigError(source, field, "must be a relative path inside the repository made of plain names "
+                                 f"(letters, digits, _ . -; no '..'), got {short_repr(value)}")
+    if not _inside((Path(root) / value).resolve(), Path(root).resolve()):
+        raise SettingConfigError(source, field, f"leaves the repository (through a link?), got {short_repr(value)}")
+    return value
 
 
 def settings_path(name_or_path: str | Path, settings_dir: Path = SETTINGS_DIR) -> Path:
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml"):
         if not NAME_PATTERN.match(str(name_or_path)):
-            raise SettingConfigError(name_or_path, "name", "must be a plain setting name or a .yaml path")
+            raise SettingConfigError(short_repr(str(name_or_path)), "name", "must be a plain setting name or a .yaml path")
         path = Path(settings_dir) / f"{name_or_path}.yaml"
     return path
 
@@ -332,8 +460,10 @@ def load_config(name_or_path: str | Path, settings_dir: Path = SETTINGS_DIR,
     if not path.is_file():
         known = ", ".join(list_settings(settings_dir))
         raise FileNotFoundError(f"{path}: no such setting (known: {known})")
-    raw = _read_with_includes(path)
+    raw = _read_with_includes(path, roots=(Path(settings_dir).resolve(), path.resolve().parent))
     for dotted, value in (overrides or {}).items():
+        if not isinstance(dotted, str) or not DOTTED_KEY.match(dotted):
+            raise SettingConfigError(path, short_repr(dotted, 40), "an override key must be a dotted key of the setting")
         raw = merge(raw, _nest(dotted, value))
     cfg = validate_config(raw, path)
     if cfg["name"] != path.stem:
