@@ -32,10 +32,11 @@ def _no_leftovers(wait: float = 10.0) -> bool:
 
 
 def test_the_machine_has_the_tool_and_a_cgroup():
-    rec = sandbox.isolation_record(allow_weak=False)
-    print(f"sandbox: {rec}")
-    assert rec["tool"].startswith("bubblewrap") and rec["cgroup"] in ("v1", "v2")
-    assert rec["interpreter"] == os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    rule, env = sandbox.isolation_rule(allow_weak=False), sandbox.isolation_environment()
+    print(f"sandbox: {rule} on {env}")
+    assert rule["tool"] == "bubblewrap" and rule["memory_cap"] == "cgroup"
+    assert env["tool"].startswith("bubblewrap") and env["cgroup"] in ("v1", "v2") and env["packages"]["numpy"]
+    assert env["interpreter"] == os.path.realpath(getattr(sys, "_base_executable", sys.executable))
 
 
 def test_the_filesystem_is_minimal_and_read_only():
@@ -190,7 +191,8 @@ def test_without_a_cgroup_weak_isolation_needs_an_explicit_opt_in(monkeypatch):
         run_python("print(1)")
     r = run_python("print(1)", allow_weak=True)
     assert r.passed and r.stdout == "1\n"
-    assert sandbox.isolation_record(allow_weak=True)["cgroup"] is None
+    assert sandbox.isolation_rule(allow_weak=True)["memory_cap"] == "per-process limits (explicit opt-in)"
+    assert sandbox.isolation_environment()["cgroup"] is None
 
 
 def test_the_project_process_is_never_the_one_running_the_code(tmp_path):

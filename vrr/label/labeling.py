@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..common.jsonio import write_json
 from ..core.model import class_accept_rates
 from ..data.contract import Setting, save_setting
 from ..loop import store
@@ -24,6 +25,8 @@ from ..loop.config import RunConfig, from_stored
 from ..loop.tasks import Task, get_task
 from ..loop.verifiers import make_verifier
 from ..settings import SettingConfigError, load_config
+
+LABEL_ENVIRONMENT = "label_environment.json"  # beside the arrays: the machine's sandbox (tool, package versions)
 
 
 def label_records(records: Sequence[dict], task: Task, verifier, M: int) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -162,6 +165,9 @@ def finalize_setting(paths: store.RunPaths, cfg: RunConfig | None = None,
         return "empty"
     run_meta = store.read_run_meta(paths)
     setting = build_setting(cfg, traj, probe or None, run_meta=run_meta, stored_config=stored_config)
+    environment = get_task(cfg.dataset).execution_environment()
+    if environment is not None:  # the machine the labels ran on; the arrays' meta holds only the rule
+        write_json(paths.dir / LABEL_ENVIRONMENT, environment, indent=1, sort_keys=True, trailing_newline=True)
     if traj_complete and (probe_complete or not (pwant or probe_missing)):
         save_setting(paths.arrays, setting)
         paths.arrays_partial.unlink(missing_ok=True)

@@ -234,8 +234,9 @@ def _generate_locked(cfg: RunConfig, paths: store.RunPaths, task: Task, engine, 
         return
     session = store.new_session()
     if executes_code(cfg.verifier):  # the rule and sandbox the votes of this session run under
+        from .sandbox import isolation_environment
         from .testcheck import VOTE_RULE
-        session["vote_execution"] = VOTE_RULE.record()
+        session["vote_execution"] = {**VOTE_RULE.record(), "environment": isolation_environment()}
     engines = _as_roles(engine) if engine is not None else make_engines(cfg, task)
     if engine is None:
         session["engine_load_seconds"] = round(sum(getattr(e, "load_seconds", 0.0)

@@ -30,7 +30,7 @@ Where bubblewrap is missing or cannot start, :func:`run_many` raises :class:`San
 what is missing. Where the machine offers no writable cgroup (v1 or v2) for memory and tasks, it
 raises too, unless weaker isolation is asked for explicitly (``allow_weak=True`` or
 ``VRR_SANDBOX_ALLOW_WEAK=1``): then each process gets ``RLIMIT_AS`` = :data:`MEMORY_LIMIT` /
-:data:`WEAK_PROCESS_SLOTS` and ``RLIMIT_NPROC``, so their sum fits, and :func:`isolation_record`
+:data:`WEAK_PROCESS_SLOTS` and ``RLIMIT_NPROC``, so their sum fits, and :func:`isolation_rule`
 says ``"cgroup": null`` (the arrays' meta records it).
 
 What it is not: there is no seccomp filter, so the program can use every system call the kernel
@@ -289,21 +289,32 @@ def live_sandbox_processes() -> list[int]:
 
 
 # --------------------------------------------------------------------------- the record
-def isolation_record(allow_weak: bool | None = None) -> dict:
-    """What the sandbox is on this machine, for the arrays' meta: the tool and its version, the
-    interpreter and its version, the allowed packages and versions, the limits, and whether a cgroup
-    bounds memory and tasks (``None``: the weaker per-process limits, only on explicit opt-in)."""
+def isolation_rule(allow_weak: bool | None = None) -> dict:
+    """What the sandbox guarantees, for the arrays' meta: the tool, the interpreter's version, the allowed
+    packages, the limits, and what bounds memory and tasks together (a cgroup, or the weaker per-process
+    limits, only on explicit opt-in). The same on every machine that runs the rule, so labels rebuilt
+    elsewhere give the same bytes; the machine's own facts are :func:`isolation_environment`."""
+    bwrap_path()
+    cg = cgroup_support()
+    if cg is None and not _weak_allowed(allow_weak):
+        raise SandboxError(_no_cgroup_message())
+    return {"tool": "bubblewrap", "python": "%d.%d" % sys.version_info[:2], "packages": list(ALLOWED_PACKAGES),
+            "memory_bytes": MEMORY_LIMIT, "tasks": TASK_LIMIT, "tmpfs_bytes": TMPFS_BYTES,
+            "file_bytes": FILE_SIZE_LIMIT, "network": "none",
+            "memory_cap": "cgroup" if cg is not None else "per-process limits (explicit opt-in)",
+            "filesystem": "read-only /usr, interpreter prefix and allowed packages; private /tmp, /dev/shm"}
+
+
+def isolation_environment() -> dict:
+    """This machine's sandbox: the tool's version, the interpreter's path and version, the allowed
+    packages' versions and the cgroup version (``None``: none). Written beside the labels
+    (``label_environment.json``) and into each generation session's ``run_meta.json``."""
     bwrap = bwrap_path()
     version = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip()
     exe, _ = interpreter()
     cg = cgroup_support()
-    if cg is None and not _weak_allowed(allow_weak):
-        raise SandboxError(_no_cgroup_message())
     return {"tool": version, "interpreter": exe, "python": ".".join(map(str, sys.version_info[:3])),
-            "packages": _package_versions(), "memory_bytes": MEMORY_LIMIT, "tasks": TASK_LIMIT,
-            "tmpfs_bytes": TMPFS_BYTES, "file_bytes": FILE_SIZE_LIMIT,
-            "cgroup": None if cg is None else f"v{cg['version']}", "network": "none",
-            "filesystem": "read-only /usr, interpreter prefix and allowed packages; private /tmp, /dev/shm"}
+            "packages": _package_versions(), "cgroup": None if cg is None else f"v{cg['version']}"}
 
 
 def _weak_allowed(allow_weak: bool | None) -> bool:

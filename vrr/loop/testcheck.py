@@ -74,9 +74,9 @@ class ExecutionRule:
                 "the tests' verdict is computed by a replay process the code never ran in")
 
     def record(self, allow_weak: bool | None = None) -> dict:
-        """The rule and the sandbox it ran in, for the arrays' meta."""
+        """The rule and what its sandbox guarantees, for the arrays' meta (the same on every machine)."""
         return {"rule": self.text(), **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()},
-                "sandbox": sandbox.isolation_record(allow_weak)}
+                "sandbox": sandbox.isolation_rule(allow_weak)}
 
 
 LABEL_RULE = ExecutionRule()

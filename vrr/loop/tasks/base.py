@@ -92,6 +92,11 @@ class Task:
         it ran in (stored in the arrays' meta); None for tasks that run no code."""
         return None
 
+    def execution_environment(self) -> dict | None:
+        """For tasks whose label runs model-written code: the machine's sandbox (tool and package
+        versions, cgroup), written beside the arrays as ``label_environment.json``; None otherwise."""
+        return None
+
     def make_perturbation(self, problem: Problem, seed: int, kind: str = "auto") -> dict:
         raise NotImplementedError
 

@@ -40,6 +40,7 @@ from types import SimpleNamespace
 from pathlib import Path
 
 from ...common.paths import shared_data_dirs
+from .. import sandbox
 from ..prompts import PromptSet
 from ..testcheck import LABEL_RULE, VOTE_RULE, ExecutionRule, run_tests
 from .base import Problem, Task, local_file
@@ -354,6 +355,9 @@ class MBPP(Task):
         """The label's execution rule with the sandbox it ran in (arrays' meta). The votes' rule is
         recorded per generation session in ``run_meta.json`` (``vote_execution``), where they ran."""
         return {"label": LABEL_RULE.record()}
+
+    def execution_environment(self) -> dict:
+        return {"label": sandbox.isolation_environment()}
 
     def run_asserts(self, items: list[tuple[object, Problem, str]]) -> list[CheckResult]:
         """Run each code answer against ONE given assert (after the problem's test imports) under
