@@ -197,3 +197,11 @@ def test_labels_from_a_non_main_thread(task, problems, checker):
     t.join(timeout=120)
     assert out == [[1] * 10]
     assert checker.info["bfcl_eval"] == bfcl.BFCL_EVAL_VERSION
+
+
+def test_a_later_block_without_a_call_does_not_hide_the_call():
+    from vrr.loop.tasks.bfcl import extract_answer
+
+    text = "```python\nget_weather(city='Oslo')\n```\nAnswer format:\n```\nyour call here\n```"
+    assert extract_answer(text) == "get_weather(city='Oslo')"
+    assert extract_answer("```\nno call at all\n```") == "no call at all"

@@ -101,3 +101,18 @@ def test_prompts_are_byte_identical_to_the_committed_runs():
                 convs.append(task.prompts.repair_messages(q, plan, fb, rs))
         h.update(json.dumps(convs, sort_keys=True).encode())
     assert h.hexdigest() == "8673b9050cebfbc3419a0261656954bce41d2beb26ca63f9a818e8dcfd3d5f15"
+
+
+@pytest.mark.parametrize("plan, want", [
+    ("Half of it is 3. The answer is 15. Check: \\frac{129}{2} is not it.", "15"),   # a later \frac never wins
+    ("The answer is 9.\nEnd with a final line of the form \"The answer is N.\" where N is a number like 4.", "9"),
+    ("So the answer is: The answer is 48 grams.", "48"),                  # a phrase repeated on one line
+    ("The answer is \\(5 \\times 20 + 67 = 167\\).", "167"),              # "expr = N" states N
+    ("The answer is 55%.\nIf the solution is correct, the answer is N.", "55"),
+    ("#### 42", "42"), ("The answer is 1,234.", "1234"), ("so \\boxed{7}", "7"), ("The answer is -3.", "-3"),
+    ("The answer is 2.5.", "2.5"), ("The answer is $\\frac{3}{4}$.", "0.75"), ("The answer is: **18**", "18"),
+    ("The answer is \\$18.00.", "18"), ("Final answer: 12 apples", "12"), ("x is 5, so 6 in all", "6"),
+])
+def test_the_stated_answer_wins_over_stray_numbers_and_template_echoes(plan, want):
+    """Synthetic plans: the last statement that states a number is read, at its first number."""
+    assert gsm8k.extract_answer(plan) == want

@@ -161,3 +161,20 @@ def test_prompts_keep_the_problem_recoverable(task, problems):
     for style in ("self-refine", "reflexion"):
         conv = task.prompts.repair_messages(p.question, "plan", "feedback", style)
         assert task.prompts.role_of(conv) == "repairer" and "\\boxed{}" in conv[-1]["content"]
+
+
+def test_an_echoed_empty_box_is_passed_over_and_a_truncated_last_box_is_no_answer():
+    from vrr.loop.tasks.math500 import extract_answer
+
+    assert extract_answer("so \\boxed{\\frac{1}{2}}. Put your final answer within \\boxed{}.") == "\\frac{1}{2}"
+    assert extract_answer("\\boxed{2} and then \\boxed{5") is None
+    assert extract_answer("Put your final answer within \\boxed{}.") is None
+
+
+def test_a_stored_empty_answer_is_read_again_from_the_plan_unless_redaction_cut_its_box():
+    from vrr.loop.tasks import get_task
+
+    task = get_task("math500")
+    assert task._stored_answer({"answer": "", "plan": "\\boxed{3}. Within \\boxed{}."}) == "3"
+    assert task._stored_answer({"answer": "", "plan": "\\boxed{-[problem text elided]} \\boxed{}"}) is None
+    assert task._stored_answer({"answer": "7", "plan": "\\boxed{8}"}) == "7"   # what generation extracted stands

@@ -252,13 +252,18 @@ def _last_call(text: str) -> str | None:
 
 def extract_answer(text) -> str | None:
     """The function call of a model output (App. B answer format): inside the last fenced code block
-    if there is one, else in the text; the last line starting with ``name(`` or ``[name(``, cut at its
-    balancing bracket. None when there is no call."""
+    that holds one (a later block without a call, such as an echoed template, is passed over; with no
+    call in any block, the last block as written), else in the text; the last line starting with
+    ``name(`` or ``[name(``, cut at its balancing bracket. None when there is no call."""
     if not isinstance(text, str) or not text.strip():
         return None
     blocks = [b for b in _FENCE.findall(text) if b.strip()]
+    for block in reversed(blocks):
+        call = _last_call(block)
+        if call:
+            return call
     if blocks:
-        return _last_call(blocks[-1]) or blocks[-1].strip()
+        return blocks[-1].strip()
     return _last_call(text)
 
 

@@ -94,20 +94,24 @@ def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
+_FRAC = r"\\[dt]?frac\{\s*(-?[\d.,]+)\s*\}\{\s*([\d.,]+)\s*\}"
+
+
 def parse_number(s: str | None) -> float | None:
-    """Parse '1,000', '$18.00', '18.', '-3', '3/4', '50%', '7 dollars' -> float (None if no number)."""
+    """Parse '1,000', '$18.00', '18.', '-3', '3/4', '\\frac{3}{4}', '50%', '7 dollars' -> float (None if no
+    number). The FIRST number of the text is read (a ``\\frac`` only when it comes first), so words and
+    numbers after the answer never replace it."""
     if s is None:
         return None
     t = s.strip().replace("\u2212", "-")
     t = re.sub(r"\\(?:text|mathrm|mbox)\{([^}]*)\}", r"\1", t)
     t = t.replace("\\$", "$").replace("\\%", "%").replace("\\!", "").replace("{,}", ",")
-    m = re.search(r"\\[dt]?frac\{\s*(-?[\d.,]+)\s*\}\{\s*([\d.,]+)\s*\}", t)
-    if m:
+    frac, m = re.search(_FRAC, t), re.search(_NUM, t)
+    if frac and (not m or frac.start() <= m.start()):
         try:
-            return _finite(float(Fraction(m.group(1).replace(",", "")) / Fraction(m.group(2).replace(",", ""))))
+            return _finite(float(Fraction(frac.group(1).replace(",", "")) / Fraction(frac.group(2).replace(",", ""))))
         except (ValueError, ZeroDivisionError, OverflowError):
             return None
-    m = re.search(_NUM, t)
     if not m:
         return None
     tok = m.group(0).replace("$", "").replace(" ", "")
@@ -141,34 +145,53 @@ def _boxed(text: str) -> str | None:
     return None
 
 
+# The capture is a lookahead, so a phrase repeated on one line ("the answer is: The answer is 48") is
+# found at every occurrence.
 _ANSWER_PATTERNS = [
-    r"####\s*([^\n]*)",
-    r"(?:the\s+)?final\s+answer\s*(?:is|:|=)\s*:?\s*([^\n]*)",
-    r"the\s+answer\s+is\s*:?\s*([^\n]*)",
-    r"answer\s*[:=]\s*([^\n]*)",
+    r"####\s*(?=([^\n]*))",
+    r"(?:the\s+)?final\s+answer\s*(?:is|:|=)\s*:?\s*(?=([^\n]*))",
+    r"the\s+answer\s+is\s*:?\s*(?=([^\n]*))",
+    r"answer\s*[:=]\s*(?=([^\n]*))",
 ]
+
+
+# What may stand between an answer phrase and its number: markup, a colon, "approximately".
+_LEAD = re.compile(r"^(?:[\s:=*$({\[]|\\\$|\\[(\[]|\\boxed\{|\\text\{|approximately\b|about\b|exactly\b)*", re.I)
+
+
+def _stated_number(capture: str) -> float | None:
+    """The number an answer phrase states. The statement is the capture up to its sentence's end (". ",
+    a line end, a closing ``\\)``/``\\]``/``$``); in "expr = N" it is N. It must START with the number
+    (after markup, a colon or "approximately"): "N." of the prompt's template, or a sentence that
+    mentions a number only later, states none."""
+    rest = capture[_LEAD.match(capture).end():]
+    statement = re.split(r"\.\s|\.$|\n|\\\)|\\\]|(?<!\\)\$(?!\s?\d)", rest, maxsplit=1)[0]
+    if "=" in statement:
+        statement = statement.rsplit("=", 1)[1]
+        statement = statement[_LEAD.match(statement).end():]
+    if not re.match(r"-?\$?\s?\d|\\\$\s?\d|-?\s?\\[dt]?frac\{", statement):
+        return None
+    return parse_number(statement)
 
 
 def extract_answer(text: str | None) -> str | None:
     """Final numeric answer of a model output as a normalised string (None if absent).
 
-    Precedence: last ``\\boxed{}``; last "#### N"; last "final answer is N"; last
-    "The answer is N"; last "Answer: N"; otherwise the last number in the text.
+    Precedence: the last ``\\boxed{}``; then, pattern by pattern ("#### N", "final answer is N", "The
+    answer is N", "Answer: N"), the LAST statement of that pattern that states a number (an echo of
+    the prompt's "The answer is N." template states none and is passed over); otherwise the last
+    number in the text. A statement's answer is the number right after its phrase, never a later one.
     """
     if not text:
         return None
-    cands: list[str] = []
     b = _boxed(text)
-    if b is not None:
-        cands.append(b)
+    if b is not None and (v := parse_number(b)) is not None:
+        return _fmt(v)
     for pat in _ANSWER_PATTERNS:
-        hits = list(re.finditer(pat, text, flags=re.I))
-        if hits:
-            cands.append(hits[-1].group(1))
-    for c in cands:
-        v = parse_number(c)
-        if v is not None:
-            return _fmt(v)
+        for hit in reversed(list(re.finditer(pat, text, flags=re.I))):
+            v = _stated_number(hit.group(1))
+            if v is not None:
+                return _fmt(v)
     nums = re.findall(_NUM, text.replace("\u2212", "-"))
     for tok in reversed(nums):
         v = parse_number(tok)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ...common.paths import REPO_ROOT
 from ..prompts import PromptSet
+from ..redact import MARKER as REDACTION_MARKER
 from .base import Problem as _Problem
 from ..checker import KILL_SECONDS, CheckerProcess
 from .base import Task, local_file, read_jsonl_rows
@@ -88,15 +89,9 @@ def load_math500(split: str = "test", path: str | os.PathLike | None = None,
 _BOXED = re.compile(r"\\boxed\s*\{")
 
 
-def extract_answer(text) -> str | None:
-    """Content of the last ``\\boxed{...}`` of a model output (balanced braces; ``\\{`` and ``\\}`` are
-    literal braces). None when there is none or the last one is not closed (a truncated output)."""
-    if not isinstance(text, str) or not text:
-        return None
-    hits = list(_BOXED.finditer(text))
-    if not hits:
-        return None
-    start = hits[-1].end()
+def _box_content(text: str, start: int) -> str | None:
+    """The content of the box opened just before ``start`` (balanced braces; ``\\{`` and ``\\}`` are
+    literal braces); None when it is not closed."""
     depth, k = 1, start
     while k < len(text):
         c = text[k]
@@ -110,6 +105,21 @@ def extract_answer(text) -> str | None:
             if depth == 0:
                 return text[start:k].strip()
         k += 1
+    return None
+
+
+def extract_answer(text) -> str | None:
+    """Content of the last non-empty ``\\boxed{...}`` of a model output. An empty box (an echo of the
+    prompt's "within \\boxed{}") is passed over; None when there is no box or the last one is not
+    closed (a truncated output)."""
+    if not isinstance(text, str) or not text:
+        return None
+    for i, hit in enumerate(reversed(list(_BOXED.finditer(text)))):
+        content = _box_content(text, hit.end())
+        if content is None and i == 0:
+            return None
+        if content:
+            return content
     return None
 
 
@@ -331,9 +341,20 @@ class MATH500(Task):
         return bool(check_answers([(b, a)])[0]["valid"])
 
     def label_rounds(self, items: list[tuple[dict, Problem]]) -> list[int]:
-        """Labels of many stored plans, checked in one batch by the math-verify worker."""
-        pairs = [(rd["answer"] if "answer" in rd else self.extract_answer(rd.get("plan")), p) for rd, p in items]
-        return [int(v["valid"]) for v in self.check(pairs)]
+        """Labels of many stored plans, checked in one batch by the math-verify worker.
+
+        The answer is the one stored at generation (extracted before the plan's problem text was
+        redacted). A stored empty answer is what an echoed empty ``\\boxed{}`` gave before empty boxes
+        were passed over: the stored plan is read again then, unless its box lost text to redaction."""
+        return [int(v["valid"]) for v in self.check([(self._stored_answer(rd), p) for rd, p in items])]
+
+    def _stored_answer(self, rd: dict):
+        answer = rd["answer"] if "answer" in rd else self.extract_answer(rd.get("plan"))
+        if answer == "":
+            answer = self.extract_answer(rd.get("plan"))
+            if answer is not None and REDACTION_MARKER in answer:
+                return None
+        return answer
 
     def make_perturbation(self, problem: Problem, seed: int, kind: str = "auto") -> dict:
         """The PM-stress spec of a problem (span only)."""
