@@ -38,8 +38,11 @@ def _labels(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def _reason(task, record_round: dict, problem) -> str:
-    answer = record_round["answer"] if "answer" in record_round else task.extract_answer(record_round.get("plan"))
-    if hasattr(task, "check"):
+    if hasattr(task, "stored_answer"):  # the answer its label reads
+        answer = task.stored_answer(record_round)
+    else:
+        answer = record_round["answer"] if "answer" in record_round else task.extract_answer(record_round.get("plan"))
+    if task.name == "mbpp":
         res = task.check(answer, problem)
         if res.valid and isinstance(answer, str) and "numpy" in answer:
             return "valid (imports numpy, an allowed import)"

@@ -116,3 +116,15 @@ def test_prompts_are_byte_identical_to_the_committed_runs():
 def test_the_stated_answer_wins_over_stray_numbers_and_template_echoes(plan, want):
     """Synthetic plans: the last statement that states a number is read, at its first number."""
     assert gsm8k.extract_answer(plan) == want
+
+
+def test_a_stored_answer_is_read_again_only_from_a_statement_redaction_left_intact():
+    from vrr.loop.tasks import get_task
+
+    task = get_task("gsm8k")
+    fixed = {"answer": "64.5", "plan": "The answer is 15. Half is \\frac{129}{2}."}
+    assert task.stored_answer(fixed) == "15"
+    cut = {"answer": "12", "plan": "The answer is [problem text elided] 7."}
+    assert task.stored_answer(cut) == "12"
+    only_last_number = {"answer": "8", "plan": "It is not 8 but 10"}
+    assert task.stored_answer(only_last_number) == "8"

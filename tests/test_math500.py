@@ -175,6 +175,6 @@ def test_a_stored_empty_answer_is_read_again_from_the_plan_unless_redaction_cut_
     from vrr.loop.tasks import get_task
 
     task = get_task("math500")
-    assert task._stored_answer({"answer": "", "plan": "\\boxed{3}. Within \\boxed{}."}) == "3"
-    assert task._stored_answer({"answer": "", "plan": "\\boxed{-[problem text elided]} \\boxed{}"}) is None
-    assert task._stored_answer({"answer": "7", "plan": "\\boxed{8}"}) == "7"   # what generation extracted stands
+    assert task.stored_answer({"answer": "", "plan": "\\boxed{3}. Within \\boxed{}."}) == "3"
+    assert task.stored_answer({"answer": "", "plan": "\\boxed{-[problem text elided]} \\boxed{}"}) is None
+    assert task.stored_answer({"answer": "7", "plan": "\\boxed{8}"}) == "7"   # what generation extracted stands

@@ -25,6 +25,7 @@ import re
 from fractions import Fraction
 from pathlib import Path
 
+from ..redact import MARKER as REDACTION_MARKER
 from ..prompts import PromptSet
 from .base import Problem as _Problem
 from .base import Task, local_file, read_jsonl_rows
@@ -182,22 +183,28 @@ def extract_answer(text: str | None) -> str | None:
     the prompt's "The answer is N." template states none and is passed over); otherwise the last
     number in the text. A statement's answer is the number right after its phrase, never a later one.
     """
+    return answer_statement(text)[0]
+
+
+def answer_statement(text: str | None) -> tuple[str | None, str | None]:
+    """:func:`extract_answer` with the text it read the answer from: the box's content or the answer
+    statement's line (None when the answer is only the last number of the text)."""
     if not text:
-        return None
+        return None, None
     b = _boxed(text)
     if b is not None and (v := parse_number(b)) is not None:
-        return _fmt(v)
+        return _fmt(v), b
     for pat in _ANSWER_PATTERNS:
         for hit in reversed(list(re.finditer(pat, text, flags=re.I))):
             v = _stated_number(hit.group(1))
             if v is not None:
-                return _fmt(v)
+                return _fmt(v), hit.group(1)
     nums = re.findall(_NUM, text.replace("\u2212", "-"))
     for tok in reversed(nums):
         v = parse_number(tok)
         if v is not None:
-            return _fmt(v)
-    return None
+            return _fmt(v), None
+    return None, None
 
 
 def _fmt(v: float) -> str:
@@ -364,6 +371,20 @@ class GSM8K(Task):
 
     def is_valid(self, answer, problem: Problem) -> bool:
         return is_correct(answer, problem.gold)
+
+    def label_round(self, round_record: dict, problem: Problem) -> int:
+        """Exact match of the plan's answer. The answer stored at generation (read before redaction)
+        stands, unless reading the stored plan again finds another answer in a stated answer (a box or
+        an answer statement) that redaction left intact: then the current extraction rule wins."""
+        return int(self.is_valid(self.stored_answer(round_record), problem))
+
+    def stored_answer(self, round_record: dict):
+        if "answer" not in round_record:
+            return extract_answer(round_record.get("plan"))
+        again, source = answer_statement(round_record.get("plan"))
+        if again != round_record["answer"] and source is not None and REDACTION_MARKER not in source:
+            return again
+        return round_record["answer"]
 
     def answers_agree(self, a, b) -> bool:
         """Two extracted final answers name the same number (the re-solving verifier's vote)."""

@@ -346,9 +346,9 @@ class MATH500(Task):
         The answer is the one stored at generation (extracted before the plan's problem text was
         redacted). A stored empty answer is what an echoed empty ``\\boxed{}`` gave before empty boxes
         were passed over: the stored plan is read again then, unless its box lost text to redaction."""
-        return [int(v["valid"]) for v in self.check([(self._stored_answer(rd), p) for rd, p in items])]
+        return [int(v["valid"]) for v in self.check([(self.stored_answer(rd), p) for rd, p in items])]
 
-    def _stored_answer(self, rd: dict):
+    def stored_answer(self, rd: dict):
         answer = rd["answer"] if "answer" in rd else self.extract_answer(rd.get("plan"))
         if answer == "":
             answer = self.extract_answer(rd.get("plan"))
