@@ -205,3 +205,13 @@ def test_a_later_block_without_a_call_does_not_hide_the_call():
     text = "```python\nget_weather(city='Oslo')\n```\nAnswer format:\n```\nyour call here\n```"
     assert extract_answer(text) == "get_weather(city='Oslo')"
     assert extract_answer("```\nno call at all\n```") == "no call at all"
+
+
+def test_stray_text_and_an_echoed_answer_format_after_the_call_do_not_replace_it():
+    """Issue 19 review: lines that do not start a call (explanations, the echoed answer format) are never
+    read as the call (synthetic plans)."""
+    from vrr.loop.tasks.bfcl import extract_answer
+
+    text = ("area.circle(radius=3)\nThis calls area.circle with radius 3 (= 28.27 square units).\n"
+            "Put the call alone on the last line or in a ```python block.")
+    assert extract_answer(text) == "area.circle(radius=3)"

@@ -128,3 +128,64 @@ def test_a_stored_answer_is_read_again_only_from_a_statement_redaction_left_inta
     assert task.stored_answer(cut) == "12"
     only_last_number = {"answer": "8", "plan": "It is not 8 but 10"}
     assert task.stored_answer(only_last_number) == "8"
+
+
+# Issue 19 (item 8): the stated final answer wins. Each synthetic plan below was misread by the previous
+# rule (its answer in the comment).
+@pytest.mark.parametrize("plan, want", [
+    ("The final answer is 100.\nRecomputing: 4 * 10 = 40.\nThe answer is 40.", "40"),   # was 100
+    ("So the total is \\boxed{9}.\nRounding down, the answer is 8.", "8"),                # was 9
+])
+def test_the_last_explicit_statement_wins_whatever_its_form(plan, want):
+    """Boxes, "final answer is" and "The answer is" are read in text order: the last one that states a
+    number is the answer (an earlier box or "final answer" no longer beats the final line)."""
+    assert gsm8k.extract_answer(plan) == want
+
+
+@pytest.mark.parametrize("plan, want", [
+    ('The answer is 12. The feedback says the proposed "The answer is 30" is wrong.', "12"),  # was 30
+    ("The answer is 12.\nThe reviewer quoted \u201cThe answer is 30.\u201d", "12"),         # was 30
+    ('The proposed solution said "The answer is 30." I agree.', "30"),  # only a quoted statement: it counts
+])
+def test_a_quoted_answer_statement_is_an_echo(plan, want):
+    """A statement that opens a quotation echoes the proposed solution or the prompt; it counts only when
+    no unquoted statement states a number."""
+    assert gsm8k.extract_answer(plan) == want
+
+
+def test_every_box_is_tried_and_a_placeholder_box_is_passed_over():
+    plan = "\\boxed{7}\nCheck: 3 + 4 = 7 apples over 2 days. Format: \\boxed{N}"
+    assert gsm8k.extract_answer(plan) == "7"  # was 2 (the last number: only the last box was tried)
+
+
+@pytest.mark.parametrize("plan, want", [
+    ("The answer is 15 (the 3 boxes = 45 - 30).", "15"),          # was 45
+    ("The answer is 2 + 3 = 5 \\times 2 = 10 apples.", "10"),      # an arithmetic chain states its result
+    ("The answer is \\(6 \\cdot 7 = 42\\).", "42"),
+    ("The answer is x = 5.", "5"),
+])
+def test_expr_equals_n_only_for_arithmetic_before_the_equals_sign(plan, want):
+    assert gsm8k.extract_answer(plan) == want
+
+
+def test_a_quoted_number_is_the_stated_answer():
+    assert gsm8k.extract_answer('The answer is "18". It took 3 days.') == "18"  # was 3
+
+
+@pytest.mark.parametrize("plan, want", [
+    ("#### 42", "42"), ("The answer is 1,234.", "1234"), ("\\boxed{7}", "7"), ("The answer is -12.", "-12"),
+    ("#### -3", "-3"), ("The answer is 0.25.", "0.25"), ("\\boxed{-2.5}", "-2.5"), ("Answer: 3.75", "3.75"),
+    ("The final answer is $1,234.50.", "1234.5"), ("The answer is 9.\nProposed answer: 12", "9"),
+    ("Half is 3. The answer is 15. Then \\frac{129}{2} is not it.", "15"),
+    ("The answer is 9.\nEnd with a final line of the form \"The answer is N.\" where N is a number.", "9"),
+])
+def test_ordinary_answers_still_extract(plan, want):
+    assert gsm8k.extract_answer(plan) == want
+
+
+def test_the_label_path_reads_the_last_statement_again():
+    """A stored answer taken from an earlier box gives way to the plan's last statement (not redacted)."""
+    from vrr.loop.tasks import get_task
+
+    rd = {"answer": "9", "plan": "So the total is \\boxed{9}.\nRounding down, the answer is 8."}
+    assert get_task("gsm8k").stored_answer(rd) == "8"

@@ -178,3 +178,13 @@ def test_a_stored_empty_answer_is_read_again_from_the_plan_unless_redaction_cut_
     assert task.stored_answer({"answer": "", "plan": "\\boxed{3}. Within \\boxed{}."}) == "3"
     assert task.stored_answer({"answer": "", "plan": "\\boxed{-[problem text elided]} \\boxed{}"}) is None
     assert task.stored_answer({"answer": "7", "plan": "\\boxed{8}"}) == "7"   # what generation extracted stands
+
+
+def test_stray_constructs_after_the_box_and_template_echoes_do_not_replace_it():
+    """Issue 19 review: only box contents are read, so a later ``\\frac``, number or answer sentence outside
+    a box never replaces the boxed answer; an echoed empty box is passed over (synthetic plans)."""
+    from vrr.loop.tasks.math500 import extract_answer
+
+    assert extract_answer("So \\boxed{15}. Half of 129 is \\frac{129}{2}, not needed.") == "15"
+    assert extract_answer("\\boxed{9}\nThe answer is 4. Put your final answer within \\boxed{}.") == "9"
+    assert extract_answer("First \\boxed{2}; after the correction, \\boxed{3}.") == "3"  # the last box is final

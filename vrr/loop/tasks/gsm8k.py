@@ -3,9 +3,11 @@
 * ``load_gsm8k(split)`` reads the local copy (``$VRR_GSM8K_DIR``, else ``<repo>/../shared/data/gsm8k``,
   see ``vrr.common.paths.shared_data_dirs``) and falls back to the Hugging Face hub
   (``datasets.load_dataset("openai/gsm8k", "main")``, imported lazily) for online users.
-* ``extract_answer(text)`` finds the final numeric answer of a model output:
-  ``\\boxed{N}``, ``#### N``, "The (final) answer is N", "Answer: N", else the last number.
-  Commas, ``$``, ``%``, trailing units and periods are tolerated.
+* ``extract_answer(text)`` finds the final numeric answer of a model output: the last explicit
+  answer statement that states a number (``\\boxed{N}``, ``#### N``, "The (final) answer is N",
+  read at the first number after its phrase; template echoes and quoted statements are passed
+  over), else the last "Answer: N", else the last number. Commas, ``$``, ``%``, trailing units and
+  periods are tolerated.
 * ``is_correct`` / ``label`` implement the paper's GSM8K validity rule (exact match, compared
   numerically; App. B, "True validity is adjudicated by exact match on GSM8K").
 * ``make_perturbation`` / ``apply_perturbation`` build the prompt-mismatch (PM) stress setting
@@ -126,62 +128,88 @@ def parse_number(s: str | None) -> float | None:
         return None
 
 
-def _boxed(text: str) -> str | None:
-    i = text.rfind("\\boxed")
-    if i < 0:
-        i = text.rfind("\\fbox")
-        if i < 0:
-            return None
-    j = text.find("{", i)
-    if j < 0:
-        return None
-    depth = 0
-    for k in range(j, len(text)):
-        if text[k] == "{":
-            depth += 1
-        elif text[k] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[j + 1:k]
-    return None
+def _boxes(text: str) -> list[tuple[int, str]]:
+    """Every closed ``\\boxed{...}`` / ``\\fbox{...}`` of the text as (position, content), in order
+    (balanced braces; an unclosed box is left out)."""
+    out = []
+    for m in re.finditer(r"\\(?:boxed|fbox)\s*(?=\{)", text):
+        j, depth = m.end(), 0
+        for k in range(j, len(text)):
+            if text[k] == "{":
+                depth += 1
+            elif text[k] == "}":
+                depth -= 1
+                if depth == 0:
+                    out.append((m.start(), text[j + 1:k]))
+                    break
+    return out
 
 
-# The capture is a lookahead, so a phrase repeated on one line ("the answer is: The answer is 48") is
-# found at every occurrence.
+# Answer phrases. The capture is a lookahead, so a phrase repeated on one line ("the answer is: The
+# answer is 48") is found at every occurrence. The first three are explicit statements; a bare
+# "Answer: N" only counts when no explicit statement states a number.
 _ANSWER_PATTERNS = [
     r"####\s*(?=([^\n]*))",
     r"(?:the\s+)?final\s+answer\s*(?:is|:|=)\s*:?\s*(?=([^\n]*))",
     r"the\s+answer\s+is\s*:?\s*(?=([^\n]*))",
     r"answer\s*[:=]\s*(?=([^\n]*))",
 ]
+_EXPLICIT = 3  # the first _EXPLICIT patterns (and boxes) are explicit answer statements
+_QUOTES = "\"\u201c\u00ab"
+
+# What may stand between an answer phrase and its number: markup, a colon, a quote, "approximately".
+_LEAD = re.compile(r"^(?:[\s:=*$({\[\"\u201c]|\\\$|\\[(\[]|\\boxed\{|\\text\{|approximately\b|about\b|exactly\b)*",
+                   re.I)
+# An arithmetic expression (numbers, operators, brackets, LaTeX operators, a one-letter variable):
+# what may stand before the "=" of "expr = N".
+_LATEX_OPS = re.compile(r"\\(?:times|cdot|div|left|right|[dt]?frac|[,;!$%])")
+_EXPR = re.compile(r"[\d\s.,+\-*/\u00d7\u00f7\u00b7\u2212()\[\]{}$%^]*")
 
 
-# What may stand between an answer phrase and its number: markup, a colon, "approximately".
-_LEAD = re.compile(r"^(?:[\s:=*$({\[]|\\\$|\\[(\[]|\\boxed\{|\\text\{|approximately\b|about\b|exactly\b)*", re.I)
+def _is_expression(s: str) -> bool:
+    """True when ``s`` is arithmetic only (no words), with balanced round brackets."""
+    bare = re.sub(r"(?<![A-Za-z])[A-Za-z](?![A-Za-z])", " ", _LATEX_OPS.sub(" ", s))
+    return bool(s.strip()) and _EXPR.fullmatch(bare) is not None and bare.count("(") == bare.count(")")
 
 
 def _stated_number(capture: str) -> float | None:
-    """The number an answer phrase states. The statement is the capture up to its sentence's end (". ",
-    a line end, a closing ``\\)``/``\\]``/``$``); in "expr = N" it is N. It must START with the number
-    (after markup, a colon or "approximately"): "N." of the prompt's template, or a sentence that
-    mentions a number only later, states none."""
+    """The number an answer phrase states: the FIRST number right after the phrase (after markup, a
+    colon, a quote or "approximately"), within its sentence (up to ". ", a line end, a closing
+    ``\\)``/``\\]``/``$``). A statement that does not start with a number states none: the prompt's
+    "N." template, or a sentence that mentions a number only later. One exception: a chain
+    "expr = expr = N" of arithmetic states its result N; words before an "=" ("15 (3 boxes = 45)")
+    mean the first number is the answer."""
     rest = capture[_LEAD.match(capture).end():]
     statement = re.split(r"\.\s|\.$|\n|\\\)|\\\]|(?<!\\)\$(?!\s?\d)", rest, maxsplit=1)[0]
-    if "=" in statement:
-        statement = statement.rsplit("=", 1)[1]
-        statement = statement[_LEAD.match(statement).end():]
+    parts = statement.split("=")
+    i = 0
+    while i < len(parts) - 1 and _is_expression(parts[i]):
+        i += 1
+    if i:
+        statement = parts[i][_LEAD.match(parts[i]).end():]
     if not re.match(r"-?\$?\s?\d|\\\$\s?\d|-?\s?\\[dt]?frac\{", statement):
         return None
     return parse_number(statement)
 
 
+def _quoted(text: str, start: int) -> bool:
+    """True when the answer phrase at ``start`` opens a quotation ('... is "The answer is 12"'): an echo of
+    the proposed solution, the feedback or the prompt, not the plan's own statement."""
+    before = text[:start].rstrip(" *")
+    return bool(before) and before[-1] in _QUOTES
+
+
 def extract_answer(text: str | None) -> str | None:
     """Final numeric answer of a model output as a normalised string (None if absent).
 
-    Precedence: the last ``\\boxed{}``; then, pattern by pattern ("#### N", "final answer is N", "The
-    answer is N", "Answer: N"), the LAST statement of that pattern that states a number (an echo of
-    the prompt's "The answer is N." template states none and is passed over); otherwise the last
-    number in the text. A statement's answer is the number right after its phrase, never a later one.
+    The answer is the LAST explicit answer statement that states a number: a ``\\boxed{N}``, "#### N",
+    "final answer is N" or "The answer is N", whichever comes last in the text. A statement's answer is
+    the first number right after its phrase (a later number or ``\\frac`` in the sentence never
+    replaces it); a statement stating no number (an echo of the prompt's "The answer is N." template,
+    an empty box, "the answer is calculated ...") is passed over for the one before it. A statement
+    inside quotation marks (an echo of the proposed solution or the prompt) counts only when no
+    unquoted one states a number. Without any explicit statement, the last "Answer: N"; otherwise
+    the last number in the text.
     """
     return answer_statement(text)[0]
 
@@ -191,14 +219,20 @@ def answer_statement(text: str | None) -> tuple[str | None, str | None]:
     statement's line (None when the answer is only the last number of the text)."""
     if not text:
         return None, None
-    b = _boxed(text)
-    if b is not None and (v := parse_number(b)) is not None:
-        return _fmt(v), b
-    for pat in _ANSWER_PATTERNS:
-        for hit in reversed(list(re.finditer(pat, text, flags=re.I))):
-            v = _stated_number(hit.group(1))
-            if v is not None:
-                return _fmt(v), hit.group(1)
+    explicit, bare = [], []  # (position, quoted, box content or None, statement capture or None)
+    for pos, content in _boxes(text):
+        explicit.append((pos, False, content, None))
+    for rank, pat in enumerate(_ANSWER_PATTERNS):
+        for hit in re.finditer(pat, text, flags=re.I):
+            (explicit if rank < _EXPLICIT else bare).append((hit.start(), _quoted(text, hit.start()), None, hit.group(1)))
+    for group in (explicit, bare):
+        for want_quoted in (False, True):
+            for pos, quoted, box, capture in sorted(group, key=lambda t: t[0], reverse=True):
+                if quoted != want_quoted:
+                    continue
+                v = parse_number(box) if box is not None else _stated_number(capture)
+                if v is not None:
+                    return _fmt(v), (box if box is not None else capture)
     nums = re.findall(_NUM, text.replace("\u2212", "-"))
     for tok in reversed(nums):
         v = parse_number(tok)
