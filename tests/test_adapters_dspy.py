@@ -4,6 +4,7 @@ Without dspy these tests skip, unless VRR_REQUIRE_ADAPTERS=1 (``make test``), wh
 Every test checks that nothing tried to reach a non-loopback address (DummyLM is local; the LiteLLM
 model-cost map is kept local by LITELLM_LOCAL_MODEL_COST_MAP).
 """
+import asyncio
 import os
 
 import pytest
@@ -16,7 +17,9 @@ from conftest import require_adapter_library as _require  # noqa: E402
 
 dspy = _require("dspy")
 from dspy.utils import DummyLM  # noqa: E402
+from dspy.utils.callback import BaseCallback  # noqa: E402
 
+from vrr.adapters._common import DeterministicJudgeWarning  # noqa: E402
 from vrr.adapters.dspy import VRRRefine  # noqa: E402
 from vrr.policies.online import OnlineController  # noqa: E402
 
@@ -29,6 +32,16 @@ class Judge(dspy.Signature):
     question: str = dspy.InputField()
     answer: str = dspy.InputField()
     verdict: bool = dspy.OutputField()
+
+
+class SamplingSettings(BaseCallback):
+    """A DSPy callback noting the (temperature, rollout_id) each LM call ran with."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_lm_start(self, call_id, instance, inputs):
+        self.seen.append((instance.kwargs.get("temperature"), instance.kwargs.get("rollout_id")))
 
 
 def stop_controller(**kw):
@@ -144,7 +157,7 @@ def test_the_repair_hint_reaches_the_module():
     assert [c.answer for c in pred.vrr.candidates] == ["5", "4"]   # only the repair call saw the feedback
 
 
-def test_a_callable_judge_votes_like_a_reward_function():
+def test_a_callable_judge_is_deterministic_and_counts_as_one_vote_per_round():
     seen = []
 
     def judge(inputs, prediction):
@@ -152,11 +165,140 @@ def test_a_callable_judge_votes_like_a_reward_function():
         return prediction.answer == "4"
 
     gen = DummyLM([{"answer": "5"}, {"answer": "4"}, {"answer": "9"}])
-    refine = VRRRefine(dspy.Predict("question -> answer"), stop_controller(), judge)
+    ctl = stop_controller()
+    with pytest.warns(DeterministicJudgeWarning, match="M = 1 instead of M = 8"):
+        refine = VRRRefine(dspy.Predict("question -> answer"), ctl, judge)
     with dspy.context(lm=gen):
         pred = refine(question="What is 2 + 2?")
     assert pred.answer == "4"
-    assert seen == [("What is 2 + 2?", "5")] * 8 + [("What is 2 + 2?", "4")] * 8
+    assert seen == [("What is 2 + 2?", "5"), ("What is 2 + 2?", "4")]   # once per round, not M times
+    one_vote = OnlineController.from_parameters(**{**ctl.config, "M": 1})
+    assert same(pred.vrr.decisions, expected_decisions(one_vote, [[0], [1]]))
+    assert "a Python function judges" in pred.vrr.judge_note
+
+
+def test_a_judge_at_temperature_zero_is_deterministic_and_guard_margin_is_named():
+    guard = OnlineController.from_parameters(M=8, k_max=2, rho0=0.2, rho1=0.2, alpha=0.4, beta=0.1, pi=0.5,
+                                             policy="vrr_guard", delta=3)
+    with pytest.warns(DeterministicJudgeWarning, match="temperature 0.*delta = 3 exceeds one vote"):
+        VRRRefine(dspy.Predict("question -> answer"), guard, Judge, judge_temperature=0)
+
+
+def test_graded_rewards_vote_by_threshold_and_their_feedback_reaches_the_repair():
+    rewards = {"5": dspy.Prediction(score=0.2, feedback="off by one"), "4": dspy.Prediction(score=0.9)}
+    calls = []
+
+    def reward_fn(inputs, prediction):
+        calls.append(prediction.answer)
+        return rewards[prediction.answer]
+
+    # the repair prompt carries the reward's feedback; only then does the module answer "4"
+    gen = DummyLM({"off by one": {"answer": "4"}, "What is 2 + 2?": {"answer": "5"}})
+    refine = VRRRefine(dspy.Predict("question -> answer"), stop_controller(), reward_fn=reward_fn, threshold=0.5,
+                       deterministic_judge=False)
+    with dspy.context(lm=gen):
+        pred = refine(question="What is 2 + 2?")
+    assert pred.answer == "4" and calls == ["5"] * 8 + ["4"] * 8
+    assert [(d.accepts, d.votes) for d in pred.vrr.decisions] == [(0, 8), (8, 8)]
+    graded = VRRRefine(dspy.Predict("question -> answer"), stop_controller(), reward_fn=lambda i, p: 0.7,
+                       deterministic_judge=False)
+    with dspy.context(lm=DummyLM([{"answer": "5"}])), pytest.raises(ValueError, match="give a threshold"):
+        graded(question="What is 2 + 2?")
+
+
+def test_acall_asks_the_votes_of_a_round_concurrently_with_the_same_decisions():
+    in_flight, peak = [0], [0]
+
+    async def judge(inputs, prediction):
+        in_flight[0] += 1
+        peak[0] = max(peak[0], in_flight[0])
+        await asyncio.sleep(0)
+        in_flight[0] -= 1
+        return prediction.answer == "4"
+
+    ctl = stop_controller()
+    refine = VRRRefine(dspy.Predict("question -> answer"), ctl, judge, deterministic_judge=False)
+    with dspy.context(lm=DummyLM([{"answer": "5"}, {"answer": "4"}, {"answer": "9"}])):
+        pred = asyncio.run(refine.acall(question="What is 2 + 2?"))
+    assert pred.answer == "4" and peak[0] == 8                  # all M votes of a round in flight together
+    assert same(pred.vrr.decisions, expected_decisions(ctl, [[0] * 8, [1] * 8]))
+    # with an LM judge (DummyLM's async path) and sequential voting: fewer votes, one request at a time
+    seq_ctl = stop_controller(sequential="exact")
+    judge_lm = DummyLM(scripted([[0] * 8, [1] * 8]))
+    lm_judge = dspy.Predict(Judge)
+    lm_judge.set_lm(judge_lm)
+    seq = VRRRefine(dspy.Predict("question -> answer"), seq_ctl, lm_judge)
+    with dspy.context(lm=DummyLM([{"answer": "5"}, {"answer": "4"}])):
+        pred = asyncio.run(seq.acall(question="What is 2 + 2?"))
+    assert pred.answer == "4" and consumed(judge_lm, 16) == pred.vrr.verifier_calls < 16
+    assert same(pred.vrr.decisions, expected_decisions(seq_ctl, [[0] * 8, [1] * 8]))
+
+
+class Calls:
+    """A call counter that a module's deep copies share (VRRRefine runs a copy of the module per plan)."""
+
+    def __init__(self):
+        self.n = 0
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+class Flaky(dspy.Module):
+    """Raises a provider error on the calls numbered in ``fails`` (1-based), answers through its predictor
+    otherwise."""
+
+    def __init__(self, fails):
+        super().__init__()
+        self.predict = dspy.Predict("question -> answer")
+        self.fails, self.calls = set(fails), Calls()
+
+    def forward(self, **kwargs):
+        self.calls.n += 1
+        if self.calls.n in self.fails:
+            raise ConnectionError("provider unavailable")
+        return self.predict(**kwargs)
+
+
+def test_module_failures_are_retried_up_to_fail_count_and_the_trace_survives_the_error():
+    judge = dspy.Predict(Judge)
+    judge.set_lm(DummyLM(scripted([[0] * 8, [1] * 8])))
+    refine = VRRRefine(Flaky({1, 2}), stop_controller(), judge, fail_count=2)
+    with dspy.context(lm=DummyLM([{"answer": "5"}, {"answer": "4"}])):
+        pred = refine(question="What is 2 + 2?")
+    assert pred.answer == "4"
+    assert [(f["role"], f["round"]) for f in pred.vrr.failures] == [("generator", 0), ("generator", 0)]
+    assert "ConnectionError: provider unavailable" in pred.vrr.failures[0]["error"]
+    # round 0 answers, then every repair raises: the third failure exceeds fail_count=2
+    judge = dspy.Predict(Judge)
+    judge.set_lm(DummyLM(scripted([[0] * 8])))
+    failing = VRRRefine(Flaky({2, 3, 4}), stop_controller(), judge, fail_count=2)
+    with dspy.context(lm=DummyLM([{"answer": "5"}])), pytest.raises(ConnectionError) as err:
+        failing(question="What is 2 + 2?")
+    trace = err.value.vrr
+    assert [d.action for d in trace.decisions] == ["repair"] and len(trace.failures) == 3
+    assert [f["role"] for f in trace.failures] == ["repairer"] * 3
+    assert trace.error.startswith("ConnectionError") and not trace.committed
+
+
+def test_the_judge_is_hidden_from_optimizers_and_samples_at_its_own_temperature():
+    settings = SamplingSettings()
+    refine = VRRRefine(dspy.ChainOfThought("question -> answer"), stop_controller(k_max=0), Judge,
+                       temperature=0.7, judge_temperature=0.3)
+    assert [name for name, _ in refine.named_predictors()] == ["module.predict"]
+    assert isinstance(refine.judge, dspy.Predict)
+    refine.judge.set_lm(DummyLM(scripted([[1] * 8])))
+    with dspy.context(lm=DummyLM([{"reasoning": "r", "answer": "4"}]), callbacks=[settings]):
+        pred = refine(question="What is 2 + 2?")
+    assert pred.answer == "4"
+    assert settings.seen == [(0.7, 0)] + [(0.3, r) for r in range(8)]   # own temperature and rollout ids
+
+
+def test_usage_is_reported_per_role():
+    pred, _, _ = run(stop_controller(), ["5", "4", "9"], [[0] * 7 + [1], [1] * 8])
+    assert {role: row["calls"] for role, row in pred.vrr.usage.items()} == {"generator": 1, "judge": 16,
+                                                                            "repairer": 1}
+    assert all(row["total_tokens"] == 0 for row in pred.vrr.usage.values())   # DummyLM reports zero tokens
 
 
 def test_the_trace_keeps_the_committed_candidate_and_the_controller_is_reusable():
@@ -183,10 +325,12 @@ def test_bad_inputs_are_clear_errors():
         VRRRefine(dspy.Predict("question -> answer"), {"M": 8}, Judge)
     with pytest.raises(ValueError, match="verdict_field 'score'"):
         VRRRefine(dspy.Predict("question -> answer"), ctl, Judge, verdict_field="score")
-    gen = DummyLM([{"answer": "5"}])
-    graded = VRRRefine(dspy.Predict("question -> answer"), ctl, lambda inputs, pred: 0.7)
-    with dspy.context(lm=gen), pytest.raises(ValueError, match="must be 0 or 1"):
-        graded(question="What is 2 + 2?")
+    with pytest.raises(TypeError, match="exactly one of judge"):
+        VRRRefine(dspy.Predict("question -> answer"), ctl, Judge, reward_fn=lambda i, p: 1)
+    with pytest.raises(ValueError, match="vote_batch"):
+        VRRRefine(dspy.Predict("question -> answer"), ctl, Judge, vote_batch=0)
+    with pytest.raises(RuntimeError, match="calibrate"):
+        VRRRefine(dspy.Predict("question -> answer"), None, Judge)(question="What is 2 + 2?")
     needs_context = VRRRefine(dspy.Predict("question -> answer"), ctl, "question, answer, context -> verdict: bool")
     with dspy.context(lm=DummyLM([{"answer": "5"}])), pytest.raises(ValueError, match=r"\['context'\]"):
         needs_context(question="What is 2 + 2?")
