@@ -85,6 +85,52 @@ def repair_feedback(task: Task, verifier, outputs: Sequence[str], plan: str, pro
     return text
 
 
+def chat_plans(engine, task: Task, problems: Sequence[Problem], questions: Sequence[str] | None = None,
+               temperature: float = 0.7, max_tokens: int = 512, n: int = 1, tokens=None
+               ) -> tuple[list[list[str]], list[list]]:
+    """Generator plans ``[B][n]`` and their finish reasons, for the problem texts ``questions`` (default:
+    the problems' own; the repairer's perturbed copies in resample mode).
+
+    A task with ``plan_steps`` (multi-step plans: BFCL multi-turn) writes each plan over several engine
+    requests: ``plan_steps(problem, question)`` is a generator that yields the conversation of its next
+    request, receives the reply, and returns the plan. The plans of the batch advance in lockstep, one
+    engine request over every unfinished plan per step; a plan's finish is "length" when any of its
+    steps was cut. Other tasks: one ``generator_messages`` request with ``n`` samples. ``tokens`` (a
+    ``_Tokens``) counts every request."""
+    questions = [p.question for p in problems] if questions is None else list(questions)
+    if not hasattr(task, "plan_steps"):
+        outs = engine.chat([task.prompts.generator_messages(q) for q in questions], temperature=temperature,
+                           max_tokens=max_tokens, n=n)
+        if tokens is not None:
+            tokens.add(engine)
+        return outs, [[_finish(engine, i)] * n for i in range(len(problems))]
+    slots = [(i, task.plan_steps(p, q)) for i, (p, q) in enumerate(zip(problems, questions)) for _ in range(n)]
+    plans: list = [None] * len(slots)
+    finish: list = [None] * len(slots)
+    pending = {}
+    for j, (_, steps) in enumerate(slots):
+        pending[j] = next(steps)
+    while pending:
+        order = sorted(pending)
+        outs = engine.chat([pending[j] for j in order], temperature=temperature, max_tokens=max_tokens, n=1)
+        if tokens is not None:
+            tokens.add(engine)
+        for pos, j in enumerate(order):
+            fr = _finish(engine, pos)
+            finish[j] = "length" if "length" in (finish[j], fr) else fr
+            try:
+                pending[j] = slots[j][1].send(outs[pos][0])
+            except StopIteration as done:
+                plans[j] = done.value
+                del pending[j]
+    by_problem: list[list[str]] = [[] for _ in problems]
+    fins: list[list] = [[] for _ in problems]
+    for j, (i, _) in enumerate(slots):
+        by_problem[i].append(plans[j])
+        fins[i].append(finish[j])
+    return by_problem, fins
+
+
 def _redacted(task: Task, record: dict) -> dict:
     """Records are stored without verbatim copies of the problem text (vrr.loop.redact)."""
     problem = task.problem(record["split"], record["index"]).question
@@ -122,12 +168,11 @@ def run_batch(engine, cfg: RunConfig, problems: Sequence[Problem], batch_id: int
     rounds: list[list[dict]] = [[] for _ in range(B)]
     tokens = _Tokens()
     gen, rep = engines["generator"], engines["repairer"]
-    outs = gen.chat([task.prompts.generator_messages(p.question) for p in problems],
-                    temperature=cfg.gen_temperature, max_tokens=cfg.gen_max_tokens, n=1)
-    tokens.add(gen)
+    outs, fins = chat_plans(gen, task, problems, temperature=cfg.gen_temperature, max_tokens=cfg.gen_max_tokens,
+                            tokens=tokens)
     for i in range(B):
         rounds[i].append({"k": 0, "source": "generate", "perturbed": False, "plan": outs[i][0],
-                          "finish": _finish(gen, i)})
+                          "finish": fins[i][0]})
     for k in range(cfg.K_max + 1):
         jout, votes = verifier.votes(engines["judge"], task, problems, [rounds[i][k]["plan"] for i in range(B)],
                                      cfg.M)
@@ -138,22 +183,23 @@ def run_batch(engine, cfg: RunConfig, problems: Sequence[Problem], batch_id: int
         if k == cfg.K_max:
             break
         pert = cfg.perturbed_round(k + 1)
-        convs = []
-        for i, p in enumerate(problems):
-            q = task.apply_perturbation(p.question, specs[i]) if pert else p.question
-            if cfg.repair_mode == "resample":
-                convs.append(task.prompts.generator_messages(q))
-            else:
-                convs.append(task.prompts.repair_messages(q, task.clip_plan(rounds[i][k]["plan"]),
-                                                          repair_feedback(task, verifier, jout[i], rounds[i][k]["plan"], p),
-                                                          cfg.repair_style))
-        engine_k = gen if cfg.repair_mode == "resample" else rep  # a fresh sample comes from the generator
-        rout = engine_k.chat(convs, temperature=cfg.repair_temperature, max_tokens=cfg.repair_max_tokens, n=1)
-        tokens.add(engine_k)
+        questions = [task.apply_perturbation(p.question, specs[i]) if pert else p.question
+                     for i, p in enumerate(problems)]
+        if cfg.repair_mode == "resample":  # a fresh sample comes from the generator
+            rout, rfin = chat_plans(gen, task, problems, questions, temperature=cfg.repair_temperature,
+                                    max_tokens=cfg.repair_max_tokens, tokens=tokens)
+        else:
+            convs = [task.prompts.repair_messages(q, task.clip_plan(rounds[i][k]["plan"]),
+                                                  repair_feedback(task, verifier, jout[i], rounds[i][k]["plan"], p),
+                                                  cfg.repair_style)
+                     for i, (p, q) in enumerate(zip(problems, questions))]
+            rout = rep.chat(convs, temperature=cfg.repair_temperature, max_tokens=cfg.repair_max_tokens, n=1)
+            rfin = [[_finish(rep, i)] for i in range(B)]
+            tokens.add(rep)
         for i in range(B):
             perturbed = bool(pert and specs[i] and specs[i]["kind"] != "none")
             rounds[i].append({"k": k + 1, "source": cfg.repair_mode, "perturbed": perturbed, "plan": rout[i][0],
-                              "finish": _finish(engine_k, i)})
+                              "finish": rfin[i][0]})
     dt = time.time() - t0
     return [{**p.ref, "setting": cfg.setting, "perturbation": specs[i], "rounds": rounds[i],
              "batch": batch_id, "batch_size": B, "batch_seconds": round(dt, 2),
@@ -168,8 +214,8 @@ def run_probe_batch(engine, cfg: RunConfig, problems: Sequence[Problem], batch_i
     engines = _as_roles(engine)
     verifier = make_verifier(cfg.verifier, cfg.judge_style, cfg.judge_tokens(), cfg.judge_temperature)
     t0 = time.time()
-    outs = engines["generator"].chat([task.prompts.generator_messages(p.question) for p in problems],
-                                     temperature=cfg.gen_temperature, max_tokens=cfg.repair_max_tokens, n=1)
+    outs, _ = chat_plans(engines["generator"], task, problems, temperature=cfg.gen_temperature,
+                         max_tokens=cfg.repair_max_tokens)
     plans = [o[0] for o in outs]
     jout, votes = verifier.votes(engines["judge"], task, problems, plans, cfg.probe_votes)
     dt = time.time() - t0
@@ -280,9 +326,8 @@ def measure_judge_styles(engine, cfg: RunConfig, styles: Sequence[str], split: s
     task = task or get_task(cfg.dataset)
     engines = _as_roles(engine)
     probs = task.load(split)[start:start + n]
-    outs = engines["generator"].chat([task.prompts.generator_messages(p.question) for p in probs],
-                                     temperature=cfg.gen_temperature, max_tokens=cfg.gen_max_tokens,
-                                     n=plans_per_problem)
+    outs, _ = chat_plans(engines["generator"], task, probs, temperature=cfg.gen_temperature,
+                         max_tokens=cfg.gen_max_tokens, n=plans_per_problem)
     items = [(p, pl) for p, o in zip(probs, outs) for pl in o]
     y = [task.label_round({"plan": pl}, p) for p, pl in items]
     res = {"model": cfg.model, "judge_model": cfg.judge_model, "split": split, "start": start, "n_problems": n,

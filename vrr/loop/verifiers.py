@@ -24,6 +24,9 @@ the text the repairer receives.
 * :class:`PRMJudge` (``prm``): a process reward model (the paper's Qwen2.5-Math-PRM-7B on MATH-500)
   scores every step of the plan; the plan is accepted when its weakest step scores >= 0.5. Its M
   votes are identical (App. H), so it is calibrated on labels.
+* :class:`ExecutorJudge` (``executor``, BFCL multi-turn): the paper's executor verifier as a vote. The plan's
+  call trajectory is replayed afresh in the sandbox (bfcl-eval's executable environments), and an LLM
+  judge of one style votes M times on the calls together with every call's result or error.
 * :class:`ShownTestJudge` (``visible_test``, code tasks): the test the prompt shows, executed; a
   deterministic verifier, so its M votes are identical and its rho0, rho1 come from labeled
   samples (App. H; the setting must calibrate with ``labeled_mle``).
@@ -123,6 +126,28 @@ class LLMJudge:
         """Raw outputs [B][M] and votes [B][M] for plan ``plans[i]`` of problem ``problems[i]``."""
         convs = [task.prompts.judge_messages(p.question, task.clip_plan(plan), self.style)
                  for p, plan in zip(problems, plans)]
+        outs = engine.chat(convs, temperature=self.temperature, max_tokens=self.max_tokens, n=M)
+        for o in outs:
+            if len(o) != M:
+                raise RuntimeError(f"engine returned {len(o)} judge votes, expected {M}")
+        return outs, [[vote(t, self.style) for t in o] for o in outs]
+
+
+class ExecutorJudge(LLMJudge):
+    """M sampled verdicts on a call trajectory shown with the results of its fresh replay (``executor``).
+
+    The task replays the plan's calls in the sandbox (``task.replay_evidence``); the judge reads the user
+    turns, the calls and, under each call, what it returned or the error it raised. The votes are the
+    judge's, stored as text and parsed like :class:`LLMJudge` votes."""
+
+    kind = "executor"
+
+    def votes(self, engine, task, problems: Sequence, plans: Sequence[str], M: int):
+        if not hasattr(task, "replay_evidence"):
+            raise NotImplementedError(f"verifier kind 'executor' replays call trajectories: task {task.name!r} "
+                                      "has no executor (use bfcl_multi)")
+        shown = task.replay_evidence(list(zip(plans, problems)))
+        convs = [task.prompts.judge_messages(p.question, task.clip_plan(s), self.style) for p, s in zip(problems, shown)]
         outs = engine.chat(convs, temperature=self.temperature, max_tokens=self.max_tokens, n=M)
         for o in outs:
             if len(o) != M:
@@ -425,10 +450,12 @@ def make_verifier(kind: str, style: str = "verdict", max_tokens: int | None = No
         return ProgramJudge(max_tokens, temperature)
     if kind == "prm":
         return PRMJudge()
+    if kind == "executor":
+        return ExecutorJudge(style, max_tokens, temperature)
     if kind in VERIFIER_KINDS:
         raise NotImplementedError(f"verifier kind {kind!r} is registered in the settings schema but has no "
                                   "implementation in vrr.loop.verifiers yet (implemented: llm_judge, llm_resolve, "
-                                  "llm_asserts, llm_program, visible_test, prm)")
+                                  "llm_asserts, llm_program, visible_test, prm, executor)")
     raise ValueError(f"unknown verifier kind {kind!r}; known: {VERIFIER_KINDS}")
 
 

@@ -9,7 +9,10 @@ It answers the same ``chat(conversations, temperature, max_tokens, n)`` calls as
 * repairer: flips the plan's correctness;
 * test writer (the ``llm_asserts`` verifier): the task's shown test, for every vote;
 * program writer (the ``llm_program`` verifier): a program printing the right answer for even votes
-  m and a wrong one for odd m.
+  m and a wrong one for odd m;
+* a generation step of a multi-step task (BFCL multi-turn, ``task.step_context``): at the start of a
+  user turn, that turn's calls of the task's synthetic plan (correct for even indices); after the
+  calls' results, no call (the turn ends).
 
 Plans are written by ``task.synthetic_plan``; the problem is found by its text in the
 conversation. ``fail_after=k`` raises ``KeyboardInterrupt`` on call k + 1 (a kill mid-run).
@@ -80,6 +83,11 @@ class FakeEngine:
                 answers = [self.task.extract_answer(self._plan(problem, ok)) if problem is not None else None
                            for ok in (True, False)]
                 outs.append([f"print({answers[m % 2]!r})\n" for m in range(n)])
+                continue
+            step = self.task.step_context(conv) if hasattr(self.task, "step_context") else None
+            if step is not None:
+                problem, turn, first = step
+                outs.append([self.task.synthetic_step(problem, turn, problem.index % 2 == 0) if first else "Done."] * n)
                 continue
             problem = self._lookup(problem_of(conv))
             role = self.task.prompts.role_of(conv)
