@@ -140,7 +140,7 @@ def test_algorithm1_mode_reasons():
 
 # ------------------------------------------------------------------ state
 @settings(max_examples=40, deadline=None)
-@given(vote_problems(), st.integers(0, 200), st.sampled_from(["off", "exact", "predictive"]), st.integers(0, 5))
+@given(vote_problems(), st.integers(0, 200), st.sampled_from(["off", "exact", "predictive", "sprt"]), st.integers(0, 5))
 def test_json_round_trip_mid_trajectory_resumes_identically(problem, cut, sequential, seed):
     """Save after any number of votes (mid-round too), load, continue: the same decisions as without the break."""
     M, k_max, S, params, box = problem
@@ -217,8 +217,11 @@ def test_bad_votes_and_parameters_are_refused():
         ctl.decide()
     with pytest.raises(ValueError, match="field 'alpha'"):
         OnlineController.from_parameters(M=2, k_max=3, rho0=0.2, rho1=0.1, alpha=[0.3], beta=0.2, pi=0.6)
-    with pytest.raises(ValueError, match="field 'intervals'"):
+    with pytest.raises(ValueError, match="policy='algorithm1' needs intervals=.*pass policy='vrr_stop'"):
         OnlineController.from_parameters(M=2, k_max=3, rho0=0.2, rho1=0.1, alpha=0.3, beta=0.2, pi=0.6, j_hat=0.4)
+    with pytest.raises(ValueError, match="field 'intervals'"):
+        OnlineController.from_parameters(M=2, k_max=3, rho0=0.2, rho1=0.1, alpha=0.3, beta=0.2, pi=0.6, j_hat=0.4,
+                                         policy="algorithm1")
 
 
 def test_from_calibration_uses_the_folds_replay_uses(chain_results):

@@ -1,5 +1,5 @@
 """Online controller: VRR-Stop, VRR-Guard and Algorithm 1 run inside a live verify-repair loop
-(Sec. 4, Eqs. 5-9; App. A, Algorithm 1, with the mode chosen online).
+(Sec. 4, Eqs. 4-9; App. A, Algorithm 1, with the mode chosen online).
 
 The offline policies (``vrr.policies.rules``) replay whole frozen trajectories. This controller takes
 one round at a time: the loop feeds it the current plan's judge votes and gets back a :class:`Decision`
@@ -14,7 +14,7 @@ Usage, M votes per round (``generate``, ``judge``, ``repair`` are the loop's own
 
     from vrr.policies.online import OnlineController
 
-    ctl = OnlineController.from_calibration("results/gsm8k_cpu_pmstress/calibration.json")
+    ctl = OnlineController.from_calibration("examples/calibration_small.json")
     ctl.start()                                        # a new problem
     plans = [generate(problem)]
     while True:
@@ -24,8 +24,9 @@ Usage, M votes per round (``generate``, ``judge``, ``repair`` are the loop's own
             break
         plans.append(repair(plans[-1]))
 
-Sequential voting (``sequential="exact"``: the same decisions with fewer votes; ``"predictive"``: stop
-asking once the action agrees with the full-M action with probability >= 1 - ``error_rate``)::
+Sequential voting, one vote at a time (``sequential="exact"``: the same decisions with fewer votes;
+``"sprt"``: also stop once the votes' likelihood ratio crosses Wald's boundaries at ``error_rate``;
+``"predictive"``: stop once the action agrees with the full-M action with probability >= 1 - ``error_rate``)::
 
     while True:
         while ctl.need_vote():
@@ -40,6 +41,8 @@ Policies: ``"algorithm1"`` (Stop mode when the labeled J diagnostic gives J-hat 
 Stop switches to Guard for the rest of the problem when the sign of G-hat_k is not identifiable, Eq. 8),
 ``"vrr_stop"`` (Eqs. 5-7; ``alpha`` and ``beta`` may be per-round sequences alpha_t, beta_t, the VRR-Stop-t
 variant of ``vrr.calibration.round_dynamics``) and ``"vrr_guard"`` (Eq. 9, full budget, keep-best).
+Left out, the policy is ``"algorithm1"`` when the parameter box and the J diagnostic are given
+(``intervals`` with ``j_hat`` or ``stop_mode``), ``"vrr_stop"`` when neither is.
 
 API stability: the names above and the fields of :class:`Decision` are the stable interface (the
 adapters in ``vrr.adapters`` build on them).
@@ -53,16 +56,24 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy.special import expit, logit
 
 from ..common.atomic import atomic_write
-from ..core.belief import belief_update, gain, predict
+from ..core.belief import belief_update, boundary, gain, predict, vote_log_likelihoods
 from ..core.guard import keep_best_step
 from ..calibration.identifiability import PARAM_NAMES, radius_grid
 from .rules import algorithm1_step, stop_commits
 
 POLICIES = ("algorithm1", "vrr_stop", "vrr_guard")
-SEQUENTIAL = ("off", "exact", "predictive")
-STATE_VERSION = 1
+SEQUENTIAL = ("off", "exact", "predictive", "sprt")
+STATE_VERSION = 2
+CONFIG_FIELDS = ("M", "k_max", "rho0", "rho1", "alpha", "beta", "pi", "policy", "delta", "tau", "repair_cost",
+                 "value", "intervals", "j_hat", "j_min", "stop_mode", "grid", "sequential", "error_rate",
+                 "budget_calls", "budget_tokens", "source")
+# Future-aware curtailment compares log-odds of beliefs with analytic breakpoints. It runs only where the
+# floating-point beliefs stay far from the breakpoints' resolution: parameters inside [LIM, 1 - LIM],
+# boundaries |logit b*| <= LOGIT_MAX, and a margin EPS (log-odds) around every breakpoint.
+_LIM, _LOGIT_MAX, _EPS = 1e-4, 15.0, 1e-5
 
 
 @dataclass(frozen=True)
@@ -72,14 +83,14 @@ class Decision:
     * ``action``: ``"commit"`` (return ``candidate`` and stop) or ``"repair"`` (repair the current plan
       and send the next round's votes);
     * ``candidate``: round index of the plan to return: on commit the committed plan (Guard's keep-best
-      incumbent, Eq. 9, where it applies); on repair the plan the policy would return if the loop had to
-      stop now;
+      incumbent, Eq. 9, where it applies, and whenever the budget ran out); on repair the plan the policy
+      would return if the loop had to stop now;
     * ``belief`` b_k (Eq. 5), ``gain`` G-hat_k (Eq. 6), ``radius`` B_k (App. A; NaN where the policy uses
       none); in sequential mode they are computed from the votes actually received this round;
     * ``mode``: ``"stop"`` or ``"guard"`` after this round, ``reason``: why (J diagnostic, Eq. 8, budget);
     * ``accepts`` / ``votes``: accepting votes and votes received this round;
     * ``verifier_calls`` / ``repair_calls``: totals for this problem so far (a repair decision counts the
-      repair it asks for).
+      repair it asks for); ``tokens``: the verifier tokens reported with the votes so far.
     """
 
     action: str
@@ -94,6 +105,7 @@ class Decision:
     votes: int
     verifier_calls: int
     repair_calls: int
+    tokens: int = 0
 
     @property
     def committed(self) -> bool:
@@ -120,17 +132,37 @@ class _Step:
     needs_count: bool   # the state left behind depends on the exact S (a belief or a new incumbent)
 
     def key(self, S: int) -> tuple:
-        """Two counts with equal keys lead to the same decision and the same future (curtailment)."""
+        """Two counts with equal keys lead to the same decision and the same future (curtailment).
+        A commit ends the problem, so only what it returns counts; a repair also carries its state."""
+        if self.action == "commit":
+            return (self.action, self.candidate, self.mode)
         tail = (S,) if self.needs_count else ()
         return (self.action, self.candidate, self.mode, self.incumbent, self.incumbent_votes) + tail
 
 
-def _unit(value, source: str, name: str) -> float:
+def _number(value, source: str, name: str, what: str) -> float:
+    """A finite real number (bools and strings refused), else an error naming the field."""
+    if isinstance(value, (bool, np.bool_, str, bytes)) or value is None:
+        raise ValueError(f"{source}: field '{name}': expected {what}, got {value!r}")
     try:
         out = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{source}: field '{name}': expected a number in [0, 1], got {value!r}") from None
-    if not 0.0 <= out <= 1.0 or math.isnan(out):
+        raise ValueError(f"{source}: field '{name}': expected {what}, got {value!r}") from None
+    if not math.isfinite(out):
+        raise ValueError(f"{source}: field '{name}': expected {what}, got {value!r}")
+    return out
+
+
+def _integer(value, source: str, name: str, what: str, low: int | None = None) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or (
+            low is not None and value < low):
+        raise ValueError(f"{source}: field '{name}': expected {what}, got {value!r}")
+    return int(value)
+
+
+def _unit(value, source: str, name: str) -> float:
+    out = _number(value, source, name, "a number in [0, 1]")
+    if not 0.0 <= out <= 1.0:
         raise ValueError(f"{source}: field '{name}': expected a number in [0, 1], got {value!r}")
     return out
 
@@ -146,48 +178,115 @@ def _rate(value, k_max: int, source: str, name: str):
     return _unit(value, source, name)
 
 
+def tau_for_cost(repair_cost: float, value: float = 1.0) -> float:
+    """The gain threshold of Eq. 4 from a stated cost per repair round: repair only when the expected
+    validity gain pays for it, G_k * value > repair_cost, so tau = repair_cost / value (Eq. 7's
+    b*_tau = (alpha - tau) / (alpha + beta) then follows). ``repair_cost``: the cost of one more round (the
+    repair call and its votes) in the units of ``value``, the worth of committing a valid answer."""
+    cost = _number(repair_cost, "tau_for_cost", "repair_cost", "a finite cost >= 0")
+    worth = _number(value, "tau_for_cost", "value", "a finite value > 0")
+    if cost < 0:
+        raise ValueError(f"tau_for_cost: field 'repair_cost': expected a finite cost >= 0, got {repair_cost!r}")
+    if worth <= 0:
+        raise ValueError(f"tau_for_cost: field 'value': expected a finite value > 0, got {value!r}")
+    return cost / worth
+
+
+def _choose_policy(policy, intervals, j_hat, stop_mode, src: str) -> str:
+    """The policy left out: Algorithm 1 with its inputs, VRR-Stop from the point estimates alone."""
+    if policy is not None:
+        return policy
+    has_box, has_j = intervals is not None, j_hat is not None or stop_mode is not None
+    if has_box and has_j:
+        return "algorithm1"
+    if not has_box and not has_j:
+        return "vrr_stop"
+    missing = "j_hat=... (or stop_mode)" if has_box else "intervals=... (the parameter box behind B_k)"
+    raise ValueError(f"{src}: field 'policy': not given, and Algorithm 1's inputs are incomplete: "
+                     f"policy='algorithm1' needs {missing}; pass policy='vrr_stop' to use the point estimates "
+                     "alone or policy='vrr_guard' for keep-best")
+
+
 class OnlineController:
     """VRR-Stop / VRR-Guard / Algorithm 1 for one problem at a time, round by round (App. A, Algorithm 1).
 
-    Build it with :meth:`from_parameters` or :meth:`from_calibration`; call :meth:`start` for each new
-    problem, then :meth:`observe` (a round's votes) or :meth:`need_vote` / :meth:`add_vote` /
-    :meth:`decide` (one vote at a time) until a decision commits.
+    Build it with :meth:`from_parameters`, :meth:`from_labeled`, :meth:`from_unlabeled` or
+    :meth:`from_calibration`; call :meth:`start` for each new problem, then :meth:`observe` (a round's
+    votes) or :meth:`need_vote` / :meth:`add_vote` / :meth:`decide` (one vote at a time) until a decision
+    commits.
     """
 
     def __init__(self, *, M: int, k_max: int, rho0: float, rho1: float, alpha, beta, pi: float,
-                 policy: str = "algorithm1", delta: int = 5, tau: float = 0.0, intervals: dict | None = None,
+                 policy: str | None = None, delta: int = 5, tau: float | None = None,
+                 repair_cost: float | None = None, value: float = 1.0, intervals: dict | None = None,
                  j_hat: float | None = None, j_min: float = 0.10, stop_mode: bool | None = None, grid: int = 5,
-                 sequential: str = "off", error_rate: float = 0.01, source: str = "parameters"):
+                 sequential: str = "off", error_rate: float = 0.01, budget_calls: int | None = None,
+                 budget_tokens: int | None = None, source: str = "parameters"):
         src = source
-        if isinstance(M, bool) or not isinstance(M, (int, np.integer)) or M < 1:
-            raise ValueError(f"{src}: field 'M': votes per round must be an integer >= 1, got {M!r}")
-        if isinstance(k_max, bool) or not isinstance(k_max, (int, np.integer)) or k_max < 0:
-            raise ValueError(f"{src}: field 'k_max': the repair budget must be an integer >= 0, got {k_max!r}")
+        M = _integer(M, src, "M", "votes per round, an integer >= 1", low=1)
+        k_max = _integer(k_max, src, "k_max", "the repair budget, an integer >= 0", low=0)
+        policy = _choose_policy(policy, intervals, j_hat, stop_mode, src)
         if policy not in POLICIES:
             raise ValueError(f"{src}: field 'policy': {policy!r} is not one of {POLICIES}")
         if sequential not in SEQUENTIAL:
             raise ValueError(f"{src}: field 'sequential': {sequential!r} is not one of {SEQUENTIAL}")
-        if not 0.0 < float(error_rate) < 1.0:
-            raise ValueError(f"{src}: field 'error_rate': must lie in (0, 1), got {error_rate!r}")
-        if isinstance(delta, bool) or not isinstance(delta, (int, np.integer)):
-            raise ValueError(f"{src}: field 'delta': the retention margin must be an integer, got {delta!r}")
-        cfg = {"M": int(M), "k_max": int(k_max), "rho0": _unit(rho0, src, "rho0"), "rho1": _unit(rho1, src, "rho1"),
-               "alpha": _rate(alpha, int(k_max), src, "alpha"), "beta": _rate(beta, int(k_max), src, "beta"),
-               "pi": _unit(pi, src, "pi"), "policy": policy, "delta": int(delta), "tau": float(tau),
-               "intervals": None, "j_hat": None if j_hat is None else float(j_hat), "j_min": float(j_min),
-               "stop_mode": None if stop_mode is None else bool(stop_mode), "grid": int(grid),
-               "sequential": sequential, "error_rate": float(error_rate), "source": str(source)}
+        error_rate = _number(error_rate, src, "error_rate", "a number in (0, 1)")
+        if not 0.0 < error_rate < 1.0:
+            raise ValueError(f"{src}: field 'error_rate': expected a number in (0, 1), got {error_rate!r}")
+        delta = _integer(delta, src, "delta", "the retention margin, an integer")
+        grid = _integer(grid, src, "grid", "the grid levels of B_k, an integer >= 2", low=2)
+        j_min = _number(j_min, src, "j_min", "a number in [-1, 1]")
+        if not -1.0 <= j_min <= 1.0:
+            raise ValueError(f"{src}: field 'j_min': expected a number in [-1, 1], got {j_min!r}")
+        if j_hat is not None:   # NaN is meaningful: the diagnostic is undefined (a class is absent)
+            if isinstance(j_hat, (bool, np.bool_, str, bytes)):
+                raise ValueError(f"{src}: field 'j_hat': expected a number in [-1, 1] or NaN, got {j_hat!r}")
+            try:
+                j_hat = float(j_hat)
+            except (TypeError, ValueError):
+                raise ValueError(f"{src}: field 'j_hat': expected a number in [-1, 1] or NaN, got {j_hat!r}") from None
+            if not (math.isnan(j_hat) or -1.0 <= j_hat <= 1.0):
+                raise ValueError(f"{src}: field 'j_hat': expected a number in [-1, 1] or NaN, got {j_hat!r}")
+        if stop_mode is not None and not isinstance(stop_mode, (bool, np.bool_)):
+            raise ValueError(f"{src}: field 'stop_mode': expected true, false or null, got {stop_mode!r}")
+        value = _number(value, src, "value", "a finite value > 0")
+        if value <= 0:
+            raise ValueError(f"{src}: field 'value': expected a finite value > 0, got {value!r}")
+        if repair_cost is not None:
+            cost_tau = tau_for_cost(_number(repair_cost, src, "repair_cost", "a finite cost >= 0"), value)
+            if tau is not None and _number(tau, src, "tau", "a finite number") != cost_tau:
+                raise ValueError(f"{src}: field 'tau': {tau!r} disagrees with repair_cost / value = {cost_tau!r}; "
+                                 "give one of them")
+            tau = cost_tau
+        tau = 0.0 if tau is None else _number(tau, src, "tau", "a finite number")
+        if budget_calls is not None:
+            budget_calls = _integer(budget_calls, src, "budget_calls", "verifier calls per problem, an integer >= 1",
+                                    low=1)
+        if budget_tokens is not None:
+            budget_tokens = _integer(budget_tokens, src, "budget_tokens", "verifier tokens per problem, an "
+                                     "integer >= 1", low=1)
+        cfg = {"M": M, "k_max": k_max, "rho0": _unit(rho0, src, "rho0"), "rho1": _unit(rho1, src, "rho1"),
+               "alpha": _rate(alpha, k_max, src, "alpha"), "beta": _rate(beta, k_max, src, "beta"),
+               "pi": _unit(pi, src, "pi"), "policy": policy, "delta": delta, "tau": tau,
+               "repair_cost": None if repair_cost is None else float(repair_cost), "value": value,
+               "intervals": None, "j_hat": j_hat, "j_min": j_min,
+               "stop_mode": None if stop_mode is None else bool(stop_mode), "grid": grid,
+               "sequential": sequential, "error_rate": error_rate, "budget_calls": budget_calls,
+               "budget_tokens": budget_tokens, "source": str(source)}
         if policy == "algorithm1":
             if intervals is None:
                 raise ValueError(f"{src}: field 'intervals': Algorithm 1 needs the parameter box behind the error "
-                                 f"radius B_k: {{name: (lo, hi)}} for {PARAM_NAMES}")
+                                 f"radius B_k: {{name: (lo, hi)}} for {PARAM_NAMES}; pass policy='vrr_stop' to "
+                                 "use the point estimates alone")
             if isinstance(cfg["alpha"], list) or isinstance(cfg["beta"], list):
                 raise ValueError(f"{src}: field 'alpha': Algorithm 1's error radius is defined for stationary "
                                  "alpha, beta; per-round rates go with policy='vrr_stop'")
             if stop_mode is None and j_hat is None:
                 raise ValueError(f"{src}: field 'j_hat': Algorithm 1 chooses its mode from the labeled J "
-                                 "diagnostic; give j_hat (or stop_mode)")
+                                 "diagnostic; give j_hat (or stop_mode), or pass policy='vrr_stop'")
         if intervals is not None:
+            if not isinstance(intervals, dict):
+                raise ValueError(f"{src}: field 'intervals': expected {{name: (lo, hi)}}, got {intervals!r}")
             box = {}
             for name in PARAM_NAMES:
                 if name not in intervals:
@@ -202,7 +301,9 @@ class OnlineController:
                 box[name] = [lo, hi]
             cfg["intervals"] = box
         self._cfg = cfg
+        self.calibration_report = None   # set by from_labeled / from_unlabeled / from_calibration
         self._grid = None
+        self._critical = None            # VRR-Stop's breakpoints per round (future-aware curtailment), lazily
         if policy == "algorithm1":
             points = list(radius_grid({k: tuple(v) for k, v in cfg["intervals"].items()}, cfg["grid"]))
             self._grid = {name: np.array([p[name] for p in points], dtype=float) for name in PARAM_NAMES}
@@ -214,29 +315,89 @@ class OnlineController:
                         **options) -> "OnlineController":
         """A controller from calibrated parameters (Sec. 4.2). ``alpha``/``beta`` may be per-round
         sequences of K_max rates (VRR-Stop-t). Options: ``policy`` ("algorithm1" | "vrr_stop" |
-        "vrr_guard"), ``delta`` (Eq. 9), ``tau`` (Eq. 7), ``intervals`` ({name: (lo, hi)}, the box behind
+        "vrr_guard"; left out: Algorithm 1 when ``intervals`` and ``j_hat``/``stop_mode`` are given, VRR-Stop
+        when neither is), ``delta`` (Eq. 9), ``tau`` (Eq. 4/7) or ``repair_cost`` with ``value``
+        (tau = repair_cost / value, :func:`tau_for_cost`), ``intervals`` ({name: (lo, hi)}, the box behind
         B_k), ``j_hat`` and ``j_min`` (Algorithm 1 line 1) or ``stop_mode``, ``grid`` (B_k's grid levels),
-        ``sequential`` ("off" | "exact" | "predictive") and ``error_rate`` (predictive mode)."""
+        ``sequential`` ("off" | "exact" | "sprt" | "predictive") and ``error_rate`` (sprt, predictive),
+        ``budget_calls`` / ``budget_tokens`` (per problem; when spent, the keep-best incumbent is returned)."""
         return cls(M=M, k_max=k_max, rho0=rho0, rho1=rho1, alpha=alpha, beta=beta, pi=pi, **options)
 
     @classmethod
-    def from_calibration(cls, path: str | os.PathLike, fold: int | None = None, *, arrays=None,
-                         policy: str = "algorithm1", **options) -> "OnlineController":
-        """A controller from the calibration 03_calibrate saved (``calibration.json``).
+    def from_labeled(cls, *, votes, labels, repairs, M: int | None = None, k_max: int = 5,
+                     policy: str = "algorithm1", j_min: float = 0.10, **options) -> "OnlineController":
+        """Calibrate from a small labeled set (Sec. 4.2-4.3; Algorithm 1 line 1) and build the controller.
 
-        ``fold``: use that cross-fit fold's parameters, intervals and J diagnostic (exactly what replay
-        uses for the fold's instances); ``None`` refits on all calibration instances (deployment).
-        ``arrays``: the setting's ``arrays.npz`` (or a loaded ``Setting``); by default the file the
-        calibration names (``arrays_path``). With the arrays, B_k's box is the bootstrap box and J-hat the
-        held-out labeled diagnostic, as in replay; without them the box comes from the saved counts
-        (Clopper-Pearson) and J-hat from the saved probe diagnostic. ``options`` as in
-        :meth:`from_parameters` (``delta``, ``tau``, ``j_min`` default to the saved config; ``M`` and
-        ``k_max`` to the arrays).
+        ``votes``: per first plan, its accept count (0..M) or its list of 0/1 votes; ``labels``: the plans'
+        true labels (0/1); ``repairs``: labeled repair pairs ``(label_before, label_after)``, or triples
+        ``(label_before, label_after, round)`` to also fit round-dependent alpha_t, beta_t (VRR-Stop-t).
+        rho0, rho1 come from labeled MLE, pi from the labels, alpha, beta from the pairs, J-hat from the
+        labeled J test; the mode (Stop when J-hat >= ``j_min``, else Guard) and its reason are in
+        ``ctl.calibration_report`` (:class:`vrr.policies.online_calibration.CalibrationReport`). Options:
+        ``eta`` (the parameter box's level, default 0.05), ``seed`` (the J test's bootstrap), and those of
+        :meth:`from_parameters`. ``ctl.save_calibration(path)`` writes the calibration.
         """
+        from .online_calibration import calibrate_labeled
+
+        return calibrate_labeled(cls, votes=votes, labels=labels, repairs=repairs, M=M, k_max=k_max,
+                                 policy=policy, j_min=j_min, **options)
+
+    @classmethod
+    def from_unlabeled(cls, *, counts, repairs, M: int, k_max: int = 5, policy: str = "vrr_stop",
+                       **options) -> "OnlineController":
+        """Label-free calibration (Sec. 4.2): rho0, rho1 and pi from the binomial-mixture EM on unlabeled
+        first-plan accept counts, alpha and beta from a few labeled repair pairs. There is no labeled J test,
+        so the report's mode is Stop by default policy ``"vrr_stop"``; Algorithm 1 needs ``j_hat`` from a
+        labeled diagnostic (or :meth:`from_labeled`). Options as in :meth:`from_labeled`."""
+        from .online_calibration import calibrate_unlabeled
+
+        return calibrate_unlabeled(cls, counts=counts, repairs=repairs, M=M, k_max=k_max, policy=policy,
+                                   **options)
+
+    @classmethod
+    def from_calibration(cls, path: str | os.PathLike, fold: int | None = None, *, arrays=None,
+                         policy: str | None = None, round_dynamics: bool = False,
+                         **options) -> "OnlineController":
+        """A controller from a saved calibration: either a file :meth:`save_calibration` wrote (``format``
+        ``vrr-online-calibration``, e.g. ``examples/calibration_small.json``) or the ``calibration.json``
+        that 03_calibrate saved.
+
+        Saved by :meth:`save_calibration`: the controller is rebuilt from the stored counts exactly as
+        :meth:`from_labeled` built it (``policy`` defaults to the stored one; ``round_dynamics=True`` uses
+        the stored per-round pairs for alpha_t, beta_t, VRR-Stop-t, with ``policy="vrr_stop"``).
+
+        03_calibrate's file: ``fold`` uses that cross-fit fold's parameters, intervals and J diagnostic
+        (exactly what replay uses for the fold's instances); ``None`` refits on all calibration instances
+        (deployment). ``arrays``: the setting's ``arrays.npz`` (or a loaded ``Setting``); by default the file
+        the calibration names (``arrays_path``). Without them the box comes from the saved counts
+        (Clopper-Pearson) and J-hat from the saved probe diagnostic. ``policy`` defaults to "algorithm1".
+
+        ``options`` as in :meth:`from_parameters`.
+        """
+        from .online_calibration import is_online_calibration, load_online_calibration
+
+        if is_online_calibration(path):
+            if fold is not None or arrays is not None:
+                raise ValueError(f"{path}: 'fold' and 'arrays' apply to 03_calibrate's calibration.json, "
+                                 "not to a saved online calibration")
+            return load_online_calibration(cls, path, policy=policy, round_dynamics=round_dynamics, **options)
+        if round_dynamics:
+            raise ValueError(f"{path}: round_dynamics=True needs a calibration saved by save_calibration with "
+                             "per-round repair pairs; replay's VRR-Stop-t is vrr.calibration.crossfit_round_rates")
         from .replay import controller_parameters  # the calibration file (and arrays) -> parameters
 
-        params = controller_parameters(path, fold=fold, arrays=arrays, policy=policy, **options)
+        params = controller_parameters(path, fold=fold, arrays=arrays, policy=policy or "algorithm1", **options)
         return cls(**params)
+
+    def save_calibration(self, path: str | os.PathLike) -> Path:
+        """Write the calibration this controller was built from (:meth:`from_labeled` /
+        :meth:`from_unlabeled`) as JSON, atomically; :meth:`from_calibration` reads it back."""
+        from .online_calibration import save_online_calibration
+
+        if self.calibration_report is None:
+            raise ValueError("save_calibration: this controller was not calibrated here (from_labeled / "
+                             "from_unlabeled / a saved online calibration); from_parameters has no data to save")
+        return save_online_calibration(self.calibration_report, path)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -251,6 +412,11 @@ class OnlineController:
     @property
     def policy(self) -> str:
         return self._cfg["policy"]
+
+    @property
+    def tau(self) -> float:
+        """The gain threshold tau of Eq. 4 (given, or repair_cost / value)."""
+        return self._cfg["tau"]
 
     @property
     def config(self) -> dict:
@@ -272,6 +438,18 @@ class OnlineController:
         """The most recent decision of this problem."""
         return self._last
 
+    def threshold(self, k: int | None = None) -> float:
+        """The cost-aware boundary b*_tau = (alpha - tau) / (alpha + beta) of round ``k`` (default: the
+        current round), Eq. 7: VRR-Stop repairs while b_k < b*_tau (and never when alpha <= tau)."""
+        a, be = self._rates(self._k if k is None else int(k))
+        return float(boundary(a, be, self._cfg["tau"]))
+
+    def budget_left(self) -> dict:
+        """Verifier calls and tokens left of this problem's budget (None where no budget is set)."""
+        c = self._cfg
+        return {"calls": None if c["budget_calls"] is None else c["budget_calls"] - self._verifier_calls,
+                "tokens": None if c["budget_tokens"] is None else c["budget_tokens"] - self._tokens}
+
     # ------------------------------------------------------------------ per-problem state
     def _initial_mode(self) -> tuple[str, str]:
         c = self._cfg
@@ -288,6 +466,13 @@ class OnlineController:
             return "stop", f"labeled J-hat {j:.3f} >= J_min {c['j_min']:g}: Stop mode"
         return "guard", f"labeled J-hat {j:.3f} below J_min {c['j_min']:g}: Guard mode"
 
+    @property
+    def _tracks_incumbent(self) -> bool:
+        """Keep-best (Eq. 9) runs under Guard and Algorithm 1, and under VRR-Stop when a budget is set
+        (the incumbent is what a spent budget returns)."""
+        c = self._cfg
+        return c["policy"] != "vrr_stop" or c["budget_calls"] is not None or c["budget_tokens"] is not None
+
     def start(self) -> "OnlineController":
         """Reset for a new problem (round 0, b^- = pi, no incumbent, counters at zero)."""
         c = self._cfg
@@ -301,6 +486,7 @@ class OnlineController:
         self._n = 0
         self._verifier_calls = 0
         self._repair_calls = 0
+        self._tokens = 0
         self._done = False
         self._last: Decision | None = None
         self._cache: dict = {}
@@ -339,7 +525,7 @@ class OnlineController:
         last = k == c["k_max"]
         incumbent, inc_votes = self._incumbent, self._incumbent_votes
         replaced = False
-        if c["policy"] != "vrr_stop":  # keep-best tracking, Eq. 9 (c_0 = p_0)
+        if self._tracks_incumbent:  # keep-best tracking, Eq. 9 (c_0 = p_0)
             if k == 0:
                 incumbent, inc_votes, replaced = 0, S, True
             else:
@@ -352,11 +538,11 @@ class OnlineController:
                 a, _ = self._rates(k)
                 if stop_commits(g, a, c["tau"]):
                     why = "alpha <= tau: repair cannot gain" if a <= c["tau"] else "G-hat_k <= tau (Eqs. 6-7)"
-                    out = _Step("commit", k, mode, why, None, None, False)
+                    out = _Step("commit", k, mode, why, incumbent, inc_votes, False)
                 elif last:
-                    out = _Step("commit", k, mode, "budget exhausted (K_max)", None, None, False)
+                    out = _Step("commit", k, mode, "budget exhausted (K_max)", incumbent, inc_votes, False)
                 else:
-                    out = _Step("repair", k, mode, "G-hat_k > tau (Eqs. 6-7)", None, None, True)
+                    out = _Step("repair", k, mode, "G-hat_k > tau (Eqs. 6-7)", incumbent, inc_votes, True)
             else:
                 commit, unidentifiable = algorithm1_step(g, radius, c["tau"])
                 if commit:
@@ -394,15 +580,96 @@ class OnlineController:
         completions = range(s, s + M - n + 1)
         steps = {S: self._step(S) for S in completions}
         keys = {step.key(S) for S, step in steps.items()}
-        out = None
-        if c["sequential"] == "exact" or len(keys) == 1:
-            # curtailment: every completion of the remaining votes gives the same decision and state
-            out = next(iter(steps.values())) if len(keys) == 1 else None
-        elif c["sequential"] == "predictive":
+        # exact curtailment: every completion of the remaining votes gives the same decision and state,
+        # or (VRR-Stop) the same decision now and on every future vote path
+        out = next(iter(steps.values())) if len(keys) == 1 else self._future_settled(s, n, steps)
+        if out is None and c["sequential"] == "predictive":
             out = self._predictive(s, n, steps)
+        elif out is None and c["sequential"] == "sprt":
+            out = self._sprt(s, n, steps)
         self._cache[key] = out
         return out
 
+    # ------------------------------------------------------------------ future-aware curtailment (VRR-Stop)
+    def _critical_priors(self) -> list | None:
+        """Per round j, the sorted log-odds of the prior b^-_j at which VRR-Stop's decisions on some future
+        vote path change (Eqs. 5-7 composed with the predict step); None where the analysis does not apply.
+
+        Round j commits iff the posterior log-odds l + L(S) reach logit b*_tau (Eq. 7), L(S) the votes'
+        log-likelihood ratio; so its breakpoints are logit b*_tau - L(S) for every count S, plus, where it
+        repairs, the preimages under l -> logit predict(expit(l + L(S))) (strictly monotone) of round j+1's
+        breakpoints. Round K_max always commits and has none. Decisions from round j on are constant between
+        consecutive breakpoints, so a set of priors with no breakpoint between them shares every future."""
+        if self._critical is not None:
+            return self._critical or None
+        c = self._cfg
+        M, K, tau = c["M"], c["k_max"], c["tau"]
+        inside = lambda v: _LIM <= v <= 1.0 - _LIM  # noqa: E731
+        self._critical = []
+        if c["policy"] != "vrr_stop" or not (inside(c["rho0"]) and inside(c["rho1"])):
+            return None
+        S = np.arange(M + 1, dtype=float)
+        L = S * (math.log1p(-c["rho1"]) - math.log(c["rho0"])) + (M - S) * (math.log(c["rho1"]) - math.log1p(-c["rho0"]))
+        crit: list = [None] * (K + 1)
+        crit[K] = np.empty(0)
+        for j in range(K - 1, 0, -1):
+            a, be = self._rates(j)
+            if a <= tau:                        # always commits: no breakpoint, no future
+                crit[j] = np.empty(0)
+                continue
+            if not (inside(a) and inside(be)) or abs(1.0 - a - be) < 1e-9:
+                return None
+            b_star = (a - tau) / (a + be)
+            parts = []
+            upper = math.inf                    # b* >= 1: never commits (b = 1.0 gives G = -beta > tau)
+            if b_star < 1.0:
+                upper = float(logit(b_star))
+                if abs(upper) > _LOGIT_MAX:
+                    return None
+                parts.append(upper - L)
+            if crit[j + 1].size:
+                q = expit(crit[j + 1])
+                b = (q - a) / (1.0 - a - be)
+                b = b[(b > 0.0) & (b < 1.0)]
+                lb = logit(b)
+                lb = lb[lb < upper + _EPS]      # where round j commits, round j+1 is never reached
+                parts.append((lb[:, None] - L[None, :]).ravel())
+            pts = np.concatenate(parts) if parts else np.empty(0)
+            a_prev, be_prev = self._rates(j - 1)  # round j's prior is predict(b_{j-1}) in [alpha, 1 - beta]
+            lo, hi = sorted((a_prev, 1.0 - be_prev))
+            lo, hi = (float(logit(v)) if 0.0 < v < 1.0 else (-math.inf if v <= 0 else math.inf) for v in (lo, hi))
+            crit[j] = np.unique(pts[(pts >= lo - 1.0) & (pts <= hi + 1.0)])
+        self._critical = crit
+        return crit
+
+    def _future_settled(self, s: int, n: int, steps: dict) -> _Step | None:
+        """VRR-Stop's repair round is decided once every completion repairs and the beliefs they carry (and
+        the one the votes seen carry) lie between the same two breakpoints of round k+1
+        (:meth:`_critical_priors`): every future vote path then gets the same decisions."""
+        c = self._cfg
+        first = next(iter(steps.values()))
+        if c["policy"] != "vrr_stop" or self._mode != "stop" or any(
+                st.action != "repair" or st.key(0)[:-1] != first.key(0)[:-1] for st in steps.values()):
+            return None
+        crit = self._critical_priors()
+        if crit is None:
+            return None
+        a, be = self._rates(self._k)
+        counts = np.array(list(steps), dtype=float)
+        b = np.append(belief_update(self._prior, counts, c["M"], c["rho0"], c["rho1"]),
+                      belief_update(self._prior, s, n, c["rho0"], c["rho1"]))
+        q = predict(b, a, be)
+        if not np.all((q > 0.0) & (q < 1.0)):
+            return None
+        lq = logit(q)
+        nxt = crit[self._k + 1]
+        lo, hi = float(lq.min()) - _EPS, float(lq.max()) + _EPS
+        if np.searchsorted(nxt, lo, side="left") != np.searchsorted(nxt, hi, side="right"):
+            return None
+        return _Step("repair", first.candidate, first.mode, first.reason + "; no remaining vote changes the "
+                     "decision on any future path", first.incumbent, first.incumbent_votes, False)
+
+    # ------------------------------------------------------------------ approximate early stopping
     def _predictive(self, s: int, n: int, steps: dict) -> _Step | None:
         """Stochastic curtailment on the model's own likelihood: stop asking once the decision that the
         full M votes would give is known with probability >= 1 - error_rate.
@@ -437,45 +704,120 @@ class OnlineController:
             return _Step(action, candidate, mode, reason, incumbent, inc_votes, False)
         return None
 
+    def _sprt(self, s: int, n: int, steps: dict) -> _Step | None:
+        """Wald's SPRT on the votes' binomial likelihood ratio (the likelihood of Eq. 5), anytime-valid.
+
+        LR_n = ((1-rho1)/rho0)^s (rho1/(1-rho0))^(n-s) is a nonnegative martingale with mean 1 under an
+        invalid plan, and 1/LR_n under a valid one, so by Ville's inequality LR_n reaches 1/error_rate on an
+        invalid plan, or error_rate on a valid one, with probability <= error_rate at any vote, whatever the
+        order. The round ends early when LR_n >= 1/error_rate and the Stop-mode rule on the votes seen
+        commits, or LR_n <= error_rate and it repairs: an early commit of an invalid plan, or an early repair
+        of a valid one, has probability <= error_rate under the calibrated model. Guard decisions and new
+        incumbents need the exact count and never end early here.
+        """
+        c = self._cfg
+        if self._mode != "stop" or len({(st.incumbent, st.incumbent_votes) for st in steps.values()}) != 1:
+            return None
+        ll_valid, ll_invalid = vote_log_likelihoods(s, n, c["rho0"], c["rho1"])
+        llr = float(ll_valid - ll_invalid)
+        bound = math.log(1.0 / c["error_rate"])
+        if -bound < llr < bound or math.isnan(llr):
+            return None
+        _, g, radius, _ = self._evaluate(s, n)
+        if c["policy"] == "vrr_stop":
+            commit, unidentifiable = stop_commits(g, self._rates(self._k)[0], c["tau"]), False
+        else:
+            commit, unidentifiable = algorithm1_step(g, radius, c["tau"])
+        first = next(iter(steps.values()))
+        k = self._k
+        if llr >= bound and commit:
+            return _Step("commit", k, "stop", f"SPRT: likelihood ratio >= 1/{c['error_rate']:g} and the votes "
+                         "seen commit", first.incumbent, first.incumbent_votes, False)
+        if llr <= -bound and not commit and not unidentifiable and k < c["k_max"]:
+            return _Step("repair", k, "stop", f"SPRT: likelihood ratio <= {c['error_rate']:g} and the votes "
+                         "seen repair", first.incumbent, first.incumbent_votes, False)
+        return None
+
+    # ------------------------------------------------------------------ votes and decisions
+    def _spent(self) -> bool:
+        """True once the per-problem budget (verifier calls or tokens) is used up."""
+        c = self._cfg
+        return (c["budget_calls"] is not None and self._verifier_calls >= c["budget_calls"]) or (
+            c["budget_tokens"] is not None and self._tokens >= c["budget_tokens"])
+
+    def _check_open(self) -> None:
+        if self._done:
+            raise RuntimeError(f"round {self._k}: this problem is committed; call start() for the next one")
+
     def need_vote(self) -> bool:
-        """True while the current round needs another vote (always until M votes when ``sequential="off"``)."""
-        if self._done or self._n >= self._cfg["M"]:
+        """True while the current round needs another vote (always until M votes when ``sequential="off"``;
+        never once the budget is spent)."""
+        if self._done or self._n >= self._cfg["M"] or self._spent():
             return False
         if self._cfg["sequential"] == "off":
             return True
         return self._settled() is None
 
-    def add_vote(self, vote) -> None:
-        """One judge vote on the current plan (1 = accept, 0 = reject)."""
-        if self._done:
-            raise RuntimeError("the controller committed this problem; call start() for the next one")
+    def _vote(self, vote) -> int:
         if isinstance(vote, (bool, np.bool_)):
             vote = int(vote)
         if not isinstance(vote, (int, np.integer)) or vote not in (0, 1):
-            raise ValueError(f"a vote must be 0 (reject) or 1 (accept), got {vote!r}")
+            raise ValueError(f"round {self._k}: field 'vote': a vote must be 0 (reject) or 1 (accept), got {vote!r}")
+        return int(vote)
+
+    def _token_count(self, tokens) -> int:
+        if tokens is None:
+            if self._cfg["budget_tokens"] is not None:
+                raise ValueError(f"round {self._k}: field 'tokens': budget_tokens is set, so every vote needs "
+                                 "its token count (add_vote(v, tokens=n))")
+            return 0
+        return _integer(tokens, f"round {self._k}", "tokens", "the vote's token count, an integer >= 0", low=0)
+
+    def add_vote(self, vote, tokens: int | None = None) -> None:
+        """One judge vote on the current plan (1 = accept, 0 = reject); ``tokens``: what the call cost
+        (needed with ``budget_tokens``)."""
+        self._check_open()
+        v, t = self._vote(vote), self._token_count(tokens)
         if self._n >= self._cfg["M"]:
             raise ValueError(f"round {self._k} already has M={self._cfg['M']} votes; call decide()")
-        self._accepts += int(vote)
+        if self._spent():
+            raise ValueError(f"round {self._k}: the budget is spent ({self.budget_left()}); call decide()")
+        self._accepts += v
         self._n += 1
         self._verifier_calls += 1
+        self._tokens += t
+
+    def _budget_commit(self, why: str) -> _Step:
+        """The keep-best incumbent (Eq. 9) when the budget ends the problem: the best plan with a full
+        round of votes, or p_0 (c_0 = p_0) when no round finished."""
+        candidate = self._incumbent if self._incumbent is not None else 0
+        return _Step("commit", candidate, self._mode, why, self._incumbent, self._incumbent_votes, False)
 
     def decide(self) -> Decision:
-        """The decision of the current round from the votes received (all M, or enough in sequential mode)."""
-        if self._done:
-            raise RuntimeError("the controller committed this problem; call start() for the next one")
+        """The decision of the current round from the votes received (all M, or enough in sequential mode).
+        With the budget spent it commits the keep-best incumbent (Eq. 9) rather than the last plan."""
+        self._check_open()
         c = self._cfg
         step = self._step(self._accepts) if self._n == c["M"] else (
             self._settled() if c["sequential"] != "off" else None)
         if step is None:
-            raise ValueError(f"round {self._k}: {self._n} of M={c['M']} votes do not decide the round yet "
-                             "(send votes while need_vote() is True)")
+            if not self._spent():
+                raise ValueError(f"round {self._k}: {self._n} of M={c['M']} votes do not decide the round yet "
+                                 "(send votes while need_vote() is True)")
+            step = self._budget_commit(f"budget spent in round {self._k} ({self._verifier_calls} verifier calls, "
+                                       f"{self._tokens} tokens): keep-best incumbent (Eq. 9)")
+        elif step.action == "repair" and self._spent():
+            # the repaired plan could get no vote: return the incumbent this round leaves
+            step = _Step("commit", step.incumbent if step.incumbent is not None else self._k, step.mode,
+                         f"budget spent after round {self._k}: keep-best incumbent (Eq. 9)", step.incumbent,
+                         step.incumbent_votes, False)
         k, s, n = self._k, self._accepts, self._n
         mode_now = self._mode
         b, g, radius, b_grid = self._evaluate(s, n)
         if step.action == "repair":
             self._repair_calls += 1
         decision = Decision(step.action, k, int(step.candidate), b, g, radius, step.mode, step.reason, s, n,
-                            self._verifier_calls, self._repair_calls)
+                            self._verifier_calls, self._repair_calls, self._tokens)
         if step.action == "commit":
             self._done = True
         else:
@@ -492,20 +834,47 @@ class OnlineController:
         self._last = decision
         return decision
 
-    def observe(self, votes) -> Decision:
-        """Feed a round's votes (a list of 0/1) and get the round's decision (Algorithm 1, one iteration)."""
-        votes = list(votes)
-        if len(votes) > self._cfg["M"] - self._n:
-            raise ValueError(f"round {self._k}: {len(votes)} votes given, room for {self._cfg['M'] - self._n} "
-                             f"(M={self._cfg['M']})")
-        for v in votes:
-            self.add_vote(v)
+    def observe(self, votes, tokens=None) -> Decision:
+        """Feed a round's votes (a list of 0/1) and get the round's decision (Algorithm 1, one iteration).
+        ``tokens``: one token count per vote (needed with ``budget_tokens``). All-or-nothing: a list that is
+        refused (too long, a bad vote) leaves the state unchanged."""
+        self._check_open()
+        if isinstance(votes, (str, bytes, dict)) or not hasattr(votes, "__iter__"):
+            raise ValueError(f"round {self._k}: field 'votes': expected a list of 0/1 votes, got {votes!r}")
+        votes = [self._vote(v) for v in votes]
+        if tokens is None:
+            tokens = [None] * len(votes)
+        elif isinstance(tokens, (str, bytes, dict)) or not hasattr(tokens, "__iter__") or len(list(tokens)) != len(votes):
+            raise ValueError(f"round {self._k}: field 'tokens': expected one token count per vote "
+                             f"({len(votes)}), got {tokens!r}")
+        tokens = [self._token_count(t) for t in tokens]
+        room = self._cfg["M"] - self._n
+        left = self.budget_left()["calls"]
+        if left is not None:
+            room = min(room, left)
+        if len(votes) > room:
+            why = f"room for {room} (M={self._cfg['M']}, {self._n} received" + (
+                f", {left} verifier calls left in the budget)" if left is not None else ")")
+            raise ValueError(f"round {self._k}: field 'votes': {len(votes)} votes given, {why}")
+        budget_tokens, used = self._cfg["budget_tokens"], self._tokens
+        for i, t in enumerate(tokens):
+            if budget_tokens is not None and used >= budget_tokens:
+                raise ValueError(f"round {self._k}: field 'votes': the token budget ({budget_tokens}) is spent "
+                                 f"after vote {i} of {len(votes)}; send votes while need_vote() is True")
+            used += t
+        for v, t in zip(votes, tokens):
+            self.add_vote(v, t)
         return self.decide()
 
-    def observe_count(self, accepts: int) -> Decision:
-        """A round's M votes given as the accept count S_k (frozen arrays store counts)."""
-        accepts = int(accepts)
-        return self.observe([1] * accepts + [0] * (self._cfg["M"] - self._n - accepts))
+    def observe_count(self, accepts) -> Decision:
+        """A round's remaining votes given as the accept count S_k (frozen arrays store counts)."""
+        self._check_open()
+        room = self._cfg["M"] - self._n
+        accepts = _integer(accepts, f"round {self._k}", "accepts", f"an accept count in 0..{room}")
+        if not 0 <= accepts <= room:
+            raise ValueError(f"round {self._k}: field 'accepts': expected an accept count in 0..{room}, "
+                             f"got {accepts!r}")
+        return self.observe([1] * accepts + [0] * (room - accepts))
 
     # ------------------------------------------------------------------ state
     def to_dict(self) -> dict:
@@ -515,8 +884,9 @@ class OnlineController:
             "prior_grid": None if self._prior_grid is None else [float(x) for x in self._prior_grid],
             "mode": self._mode, "reason": self._reason, "incumbent": self._incumbent,
             "incumbent_votes": self._incumbent_votes, "accepts": self._accepts, "votes": self._n,
-            "verifier_calls": self._verifier_calls, "repair_calls": self._repair_calls, "done": self._done,
-            "last": None if self._last is None else self._last.as_dict()}}
+            "verifier_calls": self._verifier_calls, "repair_calls": self._repair_calls, "tokens": self._tokens,
+            "done": self._done, "last": None if self._last is None else self._last.as_dict()},
+            "calibration": None if self.calibration_report is None else self.calibration_report.to_dict()}
 
     def to_json(self) -> str:
         """:meth:`to_dict` as JSON text (floats round-trip exactly)."""
@@ -535,8 +905,10 @@ class OnlineController:
         cfg = data["config"]
         if not isinstance(cfg, dict):
             raise ControllerStateError(f"{source}: field 'config': expected an object")
-        known = {"M", "k_max", "rho0", "rho1", "alpha", "beta", "pi", "policy", "delta", "tau", "intervals",
-                 "j_hat", "j_min", "stop_mode", "grid", "sequential", "error_rate", "source"}
+        unknown = sorted(set(data) - {"version", "config", "state", "calibration"})
+        if unknown:
+            raise ControllerStateError(f"{source}: field '{unknown[0]}': unknown")
+        known = set(CONFIG_FIELDS)
         unknown = sorted(set(cfg) - known)
         if unknown:
             raise ControllerStateError(f"{source}: field 'config.{unknown[0]}': unknown")
@@ -548,6 +920,13 @@ class OnlineController:
         except ValueError as exc:
             raise ControllerStateError(str(exc).replace(f"{source}: field '", f"{source}: field 'config.")) from exc
         ctl._cfg["source"] = cfg["source"]
+        if data.get("calibration") is not None:
+            from .online_calibration import CalibrationReport
+
+            try:
+                ctl.calibration_report = CalibrationReport.from_dict(data["calibration"], f"{source}: field 'calibration'")
+            except ValueError as exc:
+                raise ControllerStateError(str(exc)) from None
         ctl._restore(data["state"], source)
         return ctl
 
@@ -583,6 +962,7 @@ class OnlineController:
         accepts = field("accepts", lambda v: is_int(v) and 0 <= v <= n, f"an integer in 0..{n}")
         vcalls = field("verifier_calls", lambda v: is_int(v) and v >= n, f"an integer >= {n}")
         rcalls = field("repair_calls", lambda v: is_int(v) and v >= 0, "an integer >= 0")
+        tokens = field("tokens", lambda v: is_int(v) and v >= 0, "an integer >= 0")
         done = field("done", lambda v: isinstance(v, bool), "true or false")
         last = field("last", lambda v: v is None or isinstance(v, dict), "null or a decision object")
         if (incumbent is None) != (inc_votes is None):
@@ -598,7 +978,7 @@ class OnlineController:
         self._mode, self._reason = mode, reason
         self._incumbent, self._incumbent_votes = incumbent, inc_votes
         self._accepts, self._n = accepts, n
-        self._verifier_calls, self._repair_calls = vcalls, rcalls
+        self._verifier_calls, self._repair_calls, self._tokens = vcalls, rcalls, tokens
         self._done, self._last = done, last
         self._cache = {}
 

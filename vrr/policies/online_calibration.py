@@ -1,0 +1,484 @@
+"""Calibration where the loop runs: the online controller's parameters from a small labeled set
+(Sec. 4.2-4.3; App. A "Calibration Estimators"; Algorithm 1 line 1), saved as a small JSON file.
+
+* :func:`calibrate_labeled` (``OnlineController.from_labeled``): rho0, rho1 by labeled MLE on the first
+  plans' votes, pi the plans' validity rate, alpha, beta the frequencies of labeled repair pairs
+  (``transition_rates``; ``defined_rate`` where a frequency sits on the boundary), the parameter box of
+  Algorithm 1 (``parameter_intervals``: Clopper-Pearson on the labeled counts, Bonferroni over the five)
+  and the labeled J test (``labeled_j_diagnostic``), whose J-hat against J_min picks Stop or Guard.
+* :func:`calibrate_unlabeled` (``OnlineController.from_unlabeled``): rho0, rho1, pi from the
+  binomial-mixture EM on unlabeled accept counts; alpha, beta from labeled repair pairs.
+* Repair pairs given with their round, ``(before, after, t)``, also give alpha_t, beta_t (VRR-Stop-t,
+  ``vrr.calibration.round_dynamics``: each round's counts shrunk toward alpha-hat, beta-hat by empirical
+  Bayes); alpha-hat, beta-hat then come from the round-0 pairs, as in the paper.
+
+The file (:func:`save_online_calibration`) stores the data, not just the estimates: the first plans'
+accept-count histograms (per class when labeled) and the repair counts (per round when given), the
+settings (M, K_max, policy, J_min, eta, seed) and, for the reader, the report derived from them. Loading
+fits again from the stored data and refuses a file whose report disagrees with it, naming the field.
+``examples/calibration_small.json`` is :func:`write_small_example`'s output (``python -m
+vrr.policies.online_calibration examples/calibration_small.json``).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..calibration.estimators import (Calibration, TransitionFit, binomial_mixture_em, defined_rate,
+                                      labeled_mle, transition_rates)
+from ..calibration.identifiability import PARAM_NAMES, labeled_j_diagnostic, parameter_intervals
+from ..calibration.round_dynamics import shrinkage_strength, shrunk_rate
+from ..common.atomic import atomic_write
+from ..core.model import NoiseParams
+
+FORMAT = "vrr-online-calibration"
+FORMAT_VERSION = 1
+# the example shipped in examples/calibration_small.json: vrr's simulator with these parameters
+EXAMPLE = {"params": {"rho0": 0.2, "rho1": 0.15, "alpha": 0.3, "beta": 0.1, "pi": 0.4},
+           "n": 150, "k_max": 5, "M": 8, "seed": 7}
+
+
+@dataclass(frozen=True)
+class CalibrationReport:
+    """A calibration made where the loop runs: the estimates, the J diagnostic and the mode it implies.
+
+    ``mode`` is ``"stop"`` or ``"guard"`` (Algorithm 1 line 1: Stop when J-hat >= J_min), ``reason`` says
+    why. ``j_hat``, ``j_ci``, ``j_p_value``: the labeled J test (None for a label-free calibration).
+    ``intervals``: the box behind B_k. ``round_rates``: alpha_t, beta_t when the repair pairs carried their
+    rounds. ``data``: what the file stores and the estimates are fit from.
+    """
+
+    rho0: float
+    rho1: float
+    alpha: float
+    beta: float
+    pi: float
+    j_hat: float | None
+    j_ci: tuple | None
+    j_p_value: float | None
+    mode: str
+    reason: str
+    n_plans: int
+    n_repairs: int
+    M: int
+    k_max: int
+    method: str
+    policy: str
+    j_min: float
+    eta: float
+    seed: int
+    intervals: dict = field(default_factory=dict)
+    rules: dict = field(default_factory=dict)
+    round_rates: dict | None = None
+    data: dict = field(default_factory=dict)
+
+    def __getitem__(self, name: str):
+        """``report["rho0"]`` as well as ``report.rho0``."""
+        return getattr(self, name)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["j_ci"] = None if self.j_ci is None else list(self.j_ci)
+        return json.loads(json.dumps(out))
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "calibration") -> "CalibrationReport":
+        if not isinstance(data, dict):
+            raise ValueError(f"{source}: expected an object")
+        names = [f.name for f in cls.__dataclass_fields__.values()]
+        missing = [n for n in names if n not in data]
+        if missing:
+            raise ValueError(f"{source}.{missing[0]}: missing")
+        unknown = sorted(set(data) - set(names))
+        if unknown:
+            raise ValueError(f"{source}.{unknown[0]}: unknown")
+        out = dict(data)
+        out["j_ci"] = None if data["j_ci"] is None else tuple(data["j_ci"])
+        return cls(**out)
+
+    @property
+    def parameters(self) -> dict:
+        return {name: getattr(self, name) for name in PARAM_NAMES}
+
+
+# ---------------------------------------------------------------- input checks
+def _label(value, source: str, name: str) -> int:
+    if isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if isinstance(value, (int, np.integer)) and value in (0, 1):
+        return int(value)
+    raise ValueError(f"{source}: field '{name}': expected a label 0 or 1, got {value!r}")
+
+
+def _first_plans(votes, labels, M, source: str, labeled: bool = True):
+    """Accept counts of the first plans (from counts or from 0/1 vote lists) and M."""
+    if isinstance(votes, (str, bytes, dict)) or not hasattr(votes, "__len__") or len(votes) == 0:
+        raise ValueError(f"{source}: field 'votes': expected a non-empty list of accept counts or vote lists")
+    counts = []
+    lists = [isinstance(v, (list, tuple, np.ndarray)) for v in votes]
+    if any(lists) and not all(lists):
+        raise ValueError(f"{source}: field 'votes': mixes vote lists and counts")
+    if all(lists):
+        lengths = {len(v) for v in votes}
+        if len(lengths) != 1:
+            raise ValueError(f"{source}: field 'votes': vote lists of different lengths {sorted(lengths)}")
+        inferred = lengths.pop()
+        if M is not None and M != inferred:
+            raise ValueError(f"{source}: field 'M': {M!r}, the vote lists have {inferred} votes")
+        M = inferred
+        for i, row in enumerate(votes):
+            counts.append(sum(_label(v, source, f"votes[{i}]") for v in row))
+    else:
+        if M is None:
+            raise ValueError(f"{source}: field 'M': accept counts need M (votes per plan); or give vote lists")
+        for i, v in enumerate(votes):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not 0 <= v <= M:
+                raise ValueError(f"{source}: field 'votes[{i}]': expected an accept count in 0..{M}, got {v!r}")
+            counts.append(int(v))
+    if isinstance(M, (bool, np.bool_)) or not isinstance(M, (int, np.integer)) or M < 1:
+        raise ValueError(f"{source}: field 'M': expected an integer >= 1, got {M!r}")
+    counts = np.asarray(counts, dtype=np.int64)
+    if not labeled:
+        return counts, None, int(M)
+    if isinstance(labels, (str, bytes, dict)) or not hasattr(labels, "__len__") or len(labels) != len(counts):
+        raise ValueError(f"{source}: field 'labels': expected one 0/1 label per plan ({len(counts)})")
+    y = np.array([_label(v, source, f"labels[{i}]") for i, v in enumerate(labels)], dtype=np.int64)
+    return counts, y, int(M)
+
+
+def _repair_counts(repairs, k_max: int, source: str) -> dict:
+    """Fixes, invalid-before, breaks, valid-before: pooled ([1]) or per round t ([K_max]) when every pair
+    carries its round."""
+    if isinstance(repairs, (str, bytes, dict)) or not hasattr(repairs, "__len__") or len(repairs) == 0:
+        raise ValueError(f"{source}: field 'repairs': expected a non-empty list of (label_before, label_after) "
+                         "pairs")
+    sizes = set()
+    rows = []
+    for i, r in enumerate(repairs):
+        if isinstance(r, (str, bytes, dict)) or not hasattr(r, "__len__") or len(r) not in (2, 3):
+            raise ValueError(f"{source}: field 'repairs[{i}]': expected (before, after) or (before, after, round), "
+                             f"got {r!r}")
+        sizes.add(len(r))
+        before, after = _label(r[0], source, f"repairs[{i}][0]"), _label(r[1], source, f"repairs[{i}][1]")
+        t = 0
+        if len(r) == 3:
+            t = r[2]
+            if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)) or not 0 <= t < max(k_max, 1):
+                raise ValueError(f"{source}: field 'repairs[{i}][2]': expected a round in 0..{k_max - 1}, got {t!r}")
+        rows.append((before, after, int(t)))
+    if len(sizes) != 1:
+        raise ValueError(f"{source}: field 'repairs': mixes pairs and (before, after, round) triples")
+    per_round = sizes.pop() == 3
+    n = max(k_max, 1) if per_round else 1
+    out = {k: [0] * n for k in ("fixed", "invalid_before", "broken", "valid_before")}
+    for before, after, t in rows:
+        if before:
+            out["valid_before"][t] += 1
+            out["broken"][t] += 1 - after
+        else:
+            out["invalid_before"][t] += 1
+            out["fixed"][t] += after
+    out["per_round"] = per_round
+    return out
+
+
+# ---------------------------------------------------------------- the fit (one path for new data and for a file)
+def _pairs(fixed: int, invalid: int, broken: int, valid: int) -> tuple[np.ndarray, np.ndarray]:
+    before = np.r_[np.zeros(invalid, int), np.ones(valid, int)]
+    after = np.r_[np.ones(fixed, int), np.zeros(invalid - fixed, int), np.zeros(broken, int), np.ones(valid - broken, int)]
+    return before, after
+
+
+def _fit(data: dict, *, M: int, k_max: int, policy: str, j_min: float, eta: float, seed: int,
+         source: str) -> CalibrationReport:
+    """Every estimate from the stored data (histograms and repair counts), in one canonical order."""
+    rep = data["repairs"]
+    t0 = slice(0, 1)   # alpha-hat, beta-hat: the round-0 pairs (all pairs when no rounds were given)
+    fixed, invalid, broken, valid = (int(sum(rep[k][t0])) for k in ("fixed", "invalid_before", "broken", "valid_before"))
+    if invalid + valid == 0:
+        raise ValueError(f"{source}: field 'repairs': no round-0 pair; alpha-hat, beta-hat come from the first "
+                         "repair's pairs")
+    trans = transition_rates(*_pairs(fixed, invalid, broken, valid), max_pairs=None)
+    alpha, alpha_rule = defined_rate(trans.n_fixed, trans.n_invalid_before, unsafe=())
+    beta, beta_rule = defined_rate(trans.n_broken, trans.n_valid_before, unsafe=(0.0,))
+    n_repairs = int(sum(rep["invalid_before"]) + sum(rep["valid_before"]))
+    levels = np.arange(M + 1)
+    if "accept_histogram" in data:                      # label-free: the binomial-mixture EM
+        S = np.repeat(levels, data["accept_histogram"])
+        fit = binomial_mixture_em(S, M, seed=seed)
+        rho0, rho1, pi, rules = fit.rho0, fit.rho1, fit.weight_valid, {"rho0": "fit", "rho1": "fit", "pi": "fit"}
+        n_pi_valid, n_pi = int(round(fit.weight_valid * S.size)), int(S.size)
+        diag, method = None, "binomial_em"
+    else:
+        hv, hi = data["accept_histogram_valid"], data["accept_histogram_invalid"]
+        S = np.r_[np.repeat(levels, hi), np.repeat(levels, hv)]
+        y = np.r_[np.zeros(int(sum(hi)), int), np.ones(int(sum(hv)), int)]
+        if sum(hv) < 2 or sum(hi) < 2:
+            raise ValueError(f"{source}: field 'labels': labeled calibration needs >= 2 valid and >= 2 invalid "
+                             f"first plans (rho0, rho1 and the J test), got {int(sum(hv))} valid, {int(sum(hi))} invalid")
+        fit = labeled_mle(S, y, M)
+        rho0, rho1 = fit.rho0, fit.rho1
+        n_pi_valid, n_pi = int(sum(hv)), int(S.size)
+        pi, pi_rule = defined_rate(n_pi_valid, n_pi, unsafe=(0.0, 1.0))
+        rules = {"rho0": "labeled_mle", "rho1": "labeled_mle", "pi": pi_rule}
+        diag, method = labeled_j_diagnostic(S, y, M, seed=seed), "labeled_mle"
+    rules.update(alpha=alpha_rule, beta=beta_rule)
+    params = NoiseParams(rho0=float(rho0), rho1=float(rho1), alpha=float(alpha), beta=float(beta), pi=float(pi))
+    cal = Calibration(params=params, votes=fit, transitions=trans, n_pi_valid=n_pi_valid, n_pi=n_pi, M=M, rules=rules)
+    box = {k: [float(lo), float(hi)] for k, (lo, hi) in parameter_intervals(cal, eta).items()}
+    if diag is None:
+        mode = "guard" if policy == "vrr_guard" else "stop"
+        reason = ("label-free calibration: no labeled J test, so Algorithm 1's mode cannot be chosen here; "
+                  + ("VRR-Guard as asked" if mode == "guard" else "VRR-Stop on the EM estimates (from_labeled "
+                     "runs the J test)"))
+        j_hat = j_ci = j_p = None
+    else:
+        j_hat, j_ci, j_p = diag.j_hat, (diag.ci_low, diag.ci_high), diag.p_value
+        if j_hat >= j_min:
+            mode, reason = "stop", (f"labeled J-hat {j_hat:.3f} (95% CI {j_ci[0]:.3f}..{j_ci[1]:.3f}) >= J_min "
+                                    f"{j_min:g}: Stop mode (Algorithm 1 line 1)")
+        else:
+            mode, reason = "guard", (f"labeled J-hat {j_hat:.3f} (95% CI {j_ci[0]:.3f}..{j_ci[1]:.3f}) below J_min "
+                                     f"{j_min:g}: the votes barely separate valid from invalid plans, so calibrated "
+                                     "stopping is not trustworthy: Guard mode (keep-best, Eq. 9)")
+    rounds = None
+    if rep["per_round"] and k_max > 0:
+        kappa_a = shrinkage_strength(rep["fixed"], rep["invalid_before"], alpha)
+        kappa_b = shrinkage_strength(rep["broken"], rep["valid_before"], beta)
+        rounds = {"alpha": [float(v) for v in shrunk_rate(rep["fixed"], rep["invalid_before"], alpha, kappa_a)],
+                  "beta": [float(v) for v in shrunk_rate(rep["broken"], rep["valid_before"], beta, kappa_b)],
+                  "kappa_alpha": kappa_a, "kappa_beta": kappa_b}
+    return CalibrationReport(
+        rho0=params.rho0, rho1=params.rho1, alpha=params.alpha, beta=params.beta, pi=params.pi, j_hat=j_hat,
+        j_ci=j_ci, j_p_value=j_p, mode=mode, reason=reason, n_plans=int(S.size), n_repairs=n_repairs, M=M,
+        k_max=k_max, method=method, policy=policy, j_min=float(j_min), eta=float(eta), seed=int(seed),
+        intervals=box, rules=rules, round_rates=rounds, data=json.loads(json.dumps(data)))
+
+
+def _controller(cls, report: CalibrationReport, policy: str | None, round_dynamics: bool, source: str,
+                **options):
+    policy = policy or report.policy
+    alpha, beta = report.alpha, report.beta
+    if round_dynamics:
+        if report.round_rates is None:
+            raise ValueError(f"{source}: field 'round_rates': none; VRR-Stop-t needs repair pairs given with their "
+                             "round, (before, after, t)")
+        if policy != "vrr_stop":
+            raise ValueError(f"{source}: round_dynamics=True goes with policy='vrr_stop' (VRR-Stop-t), got {policy!r}")
+        alpha, beta = report.round_rates["alpha"], report.round_rates["beta"]
+    kwargs = dict(M=report.M, k_max=report.k_max, rho0=report.rho0, rho1=report.rho1, alpha=alpha, beta=beta,
+                  pi=report.pi, policy=policy, j_min=report.j_min, source=source)
+    if policy == "algorithm1":
+        kwargs["intervals"] = report.intervals
+        if report.j_hat is not None:
+            kwargs["j_hat"] = report.j_hat
+    kwargs.update(options)
+    ctl = cls(**kwargs)
+    ctl.calibration_report = report
+    return ctl
+
+
+def _settings(options: dict, source: str) -> tuple[float, int]:
+    eta, seed = options.pop("eta", 0.05), options.pop("seed", 0)
+    if isinstance(eta, (bool, str)) or not isinstance(eta, (int, float)) or not 0.0 < eta < 1.0:
+        raise ValueError(f"{source}: field 'eta': expected a number in (0, 1), got {eta!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"{source}: field 'seed': expected an integer, got {seed!r}")
+    return float(eta), int(seed)
+
+
+def _check_k_max(k_max, source: str) -> int:
+    if isinstance(k_max, (bool, np.bool_)) or not isinstance(k_max, (int, np.integer)) or k_max < 0:
+        raise ValueError(f"{source}: field 'k_max': expected an integer >= 0, got {k_max!r}")
+    return int(k_max)
+
+
+def calibrate_labeled(cls, *, votes, labels, repairs, M=None, k_max: int = 5, policy: str = "algorithm1",
+                      j_min: float = 0.10, **options):
+    """``OnlineController.from_labeled`` (see there)."""
+    source = "from_labeled"
+    k_max = _check_k_max(k_max, source)
+    eta, seed = _settings(options, source)
+    if isinstance(j_min, (bool, str)) or not isinstance(j_min, (int, float)) or not math.isfinite(j_min):
+        raise ValueError(f"{source}: field 'j_min': expected a number in [-1, 1], got {j_min!r}")
+    S, y, M = _first_plans(votes, labels, M, source)
+    data = {"accept_histogram_valid": np.bincount(S[y == 1], minlength=M + 1).tolist(),
+            "accept_histogram_invalid": np.bincount(S[y == 0], minlength=M + 1).tolist(),
+            "repairs": _repair_counts(repairs, k_max, source)}
+    report = _fit(data, M=M, k_max=k_max, policy=policy or "algorithm1", j_min=float(j_min), eta=eta, seed=seed,
+                  source=source)
+    return _controller(cls, report, policy, False, options.pop("source", "from_labeled"), **options)
+
+
+def calibrate_unlabeled(cls, *, counts, repairs, M: int, k_max: int = 5, policy: str = "vrr_stop", **options):
+    """``OnlineController.from_unlabeled`` (see there)."""
+    source = "from_unlabeled"
+    k_max = _check_k_max(k_max, source)
+    eta, seed = _settings(options, source)
+    j_min = options.pop("j_min", 0.10)
+    S, _, M = _first_plans(counts, None, M, source, labeled=False)
+    data = {"accept_histogram": np.bincount(S, minlength=M + 1).tolist(),
+            "repairs": _repair_counts(repairs, k_max, source)}
+    report = _fit(data, M=M, k_max=k_max, policy=policy, j_min=float(j_min), eta=eta, seed=seed, source=source)
+    return _controller(cls, report, policy, False, options.pop("source", "from_unlabeled"), **options)
+
+
+# ---------------------------------------------------------------- the file
+def save_online_calibration(report: CalibrationReport, path: str | os.PathLike) -> Path:
+    """Write ``report`` (data, settings and the derived report) as JSON, atomically."""
+    doc = {"format": FORMAT, "version": FORMAT_VERSION, "M": report.M, "k_max": report.k_max,
+           "policy": report.policy, "j_min": report.j_min, "eta": report.eta, "seed": report.seed,
+           "data": report.data, "report": {k: v for k, v in report.to_dict().items() if k not in (
+               "data", "M", "k_max", "policy", "j_min", "eta", "seed")}}
+    text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
+    return atomic_write(path, lambda fh: fh.write(text))
+
+
+def is_online_calibration(path: str | os.PathLike) -> bool:
+    """True for a file :func:`save_online_calibration` wrote (its ``format`` field)."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    try:
+        doc = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return isinstance(doc, dict) and doc.get("format") == FORMAT
+
+
+def _histogram(value, M: int, source: str, name: str) -> list:
+    if not isinstance(value, list) or len(value) != M + 1 or any(
+            isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value):
+        raise ValueError(f"{source}: field '{name}': expected {M + 1} counts >= 0, got {value!r}")
+    return value
+
+
+def read_online_calibration(path: str | os.PathLike) -> CalibrationReport:
+    """Read and check a saved calibration: every field, then the report against a fit of the stored data.
+    Errors name the file and the field."""
+    path = Path(path)
+    src = str(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: calibration file not found")
+    try:
+        doc = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    for key in ("format", "version", "M", "k_max", "policy", "j_min", "eta", "seed", "data", "report"):
+        if key not in doc:
+            raise ValueError(f"{path}: field '{key}': missing")
+    if doc["format"] != FORMAT or doc["version"] != FORMAT_VERSION:
+        raise ValueError(f"{path}: field 'version': {doc['format']!r} version {doc['version']!r}; this code reads "
+                         f"{FORMAT!r} version {FORMAT_VERSION}")
+    M, k_max = doc["M"], doc["k_max"]
+    if isinstance(M, bool) or not isinstance(M, int) or M < 1:
+        raise ValueError(f"{path}: field 'M': expected an integer >= 1, got {M!r}")
+    k_max = _check_k_max(k_max, src)
+    if doc["policy"] not in ("algorithm1", "vrr_stop", "vrr_guard"):
+        raise ValueError(f"{path}: field 'policy': {doc['policy']!r} is not a policy")
+    for key, ok in (("j_min", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and -1 <= v <= 1),
+                    ("eta", lambda v: isinstance(v, float) and 0 < v < 1),
+                    ("seed", lambda v: isinstance(v, int) and not isinstance(v, bool))):
+        if not ok(doc[key]):
+            raise ValueError(f"{path}: field '{key}': invalid value {doc[key]!r}")
+    data = doc["data"]
+    if not isinstance(data, dict) or "repairs" not in data:
+        raise ValueError(f"{path}: field 'data.repairs': missing")
+    labeled = "accept_histogram_valid" in data
+    hist_keys = ("accept_histogram_valid", "accept_histogram_invalid") if labeled else ("accept_histogram",)
+    unknown = sorted(set(data) - set(hist_keys) - {"repairs"})
+    if unknown:
+        raise ValueError(f"{path}: field 'data.{unknown[0]}': unknown")
+    for key in hist_keys:
+        _histogram(data.get(key), M, src, f"data.{key}")
+    rep = data["repairs"]
+    if not isinstance(rep, dict) or not isinstance(rep.get("per_round"), bool):
+        raise ValueError(f"{path}: field 'data.repairs.per_round': expected true or false")
+    n = max(k_max, 1) if rep["per_round"] else 1
+    for key in ("fixed", "invalid_before", "broken", "valid_before"):
+        value = rep.get(key)
+        if not isinstance(value, list) or len(value) != n or any(
+                isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value):
+            raise ValueError(f"{path}: field 'data.repairs.{key}': expected {n} counts >= 0, got {value!r}")
+    for t in range(n):
+        if rep["fixed"][t] > rep["invalid_before"][t] or rep["broken"][t] > rep["valid_before"][t]:
+            raise ValueError(f"{path}: field 'data.repairs': round {t} has more fixes (breaks) than invalid "
+                             "(valid) plans before repair")
+    report = _fit(data, M=M, k_max=k_max, policy=doc["policy"], j_min=float(doc["j_min"]), eta=doc["eta"],
+                  seed=doc["seed"], source=src)
+    stored = doc["report"]
+    if not isinstance(stored, dict):
+        raise ValueError(f"{path}: field 'report': expected an object")
+    _compare(report.to_dict(), stored, src, "report", skip={"data", "M", "k_max", "policy", "j_min", "eta", "seed"})
+    return report
+
+
+def _compare(fitted, stored, source: str, where: str, skip=frozenset()) -> None:
+    """The stored report must be what the stored data give (floats to 1e-9 relative: last-digit
+    differences between CPUs are not errors)."""
+    if isinstance(fitted, dict):
+        if not isinstance(stored, dict):
+            raise ValueError(f"{source}: field '{where}': expected an object, got {stored!r}")
+        for key in sorted(set(fitted) | set(stored)):
+            if key in skip:
+                continue
+            if key not in stored:
+                raise ValueError(f"{source}: field '{where}.{key}': missing")
+            if key not in fitted:
+                raise ValueError(f"{source}: field '{where}.{key}': unknown")
+            _compare(fitted[key], stored[key], source, f"{where}.{key}")
+        return
+    if isinstance(fitted, list):
+        if not isinstance(stored, list) or len(stored) != len(fitted):
+            raise ValueError(f"{source}: field '{where}': the stored data give {fitted!r}, the file says {stored!r}")
+        for i, (a, b) in enumerate(zip(fitted, stored)):
+            _compare(a, b, source, f"{where}[{i}]")
+        return
+    if isinstance(fitted, float) and isinstance(stored, (int, float)) and not isinstance(stored, bool):
+        if math.isclose(fitted, stored, rel_tol=1e-9, abs_tol=1e-12):
+            return
+    elif fitted == stored and type(fitted) is type(stored):
+        return
+    raise ValueError(f"{source}: field '{where}': the stored data give {fitted!r}, the file says {stored!r}")
+
+
+def load_online_calibration(cls, path, policy: str | None = None, round_dynamics: bool = False, **options):
+    """The controller of a saved calibration (``OnlineController.from_calibration``)."""
+    report = read_online_calibration(path)
+    return _controller(cls, report, policy, round_dynamics, options.pop("source", str(path)), **options)
+
+
+# ---------------------------------------------------------------- the shipped example
+def small_example(cls=None):
+    """The controller behind ``examples/calibration_small.json``: :meth:`from_labeled` on trajectories of
+    vrr's simulator (``EXAMPLE``: rho0 0.2, rho1 0.15, alpha 0.3, beta 0.1, pi 0.4; 150 problems, K_max 5,
+    M 8, seed 7): the first plans' votes and labels, and every round's repair pair with its round."""
+    from ..data.simulate import simulate_setting
+    from .online import OnlineController
+
+    cls = cls or OnlineController
+    e = EXAMPLE
+    sim = simulate_setting(NoiseParams(**e["params"]), n=e["n"], k_max=e["k_max"], M=e["M"], seed=e["seed"])
+    y = sim.y.astype(int)
+    repairs = [(int(y[i, t]), int(y[i, t + 1]), t) for i in range(y.shape[0]) for t in range(e["k_max"])]
+    return cls.from_labeled(votes=sim.S[:, 0].tolist(), labels=y[:, 0].tolist(), repairs=repairs, M=e["M"],
+                            k_max=e["k_max"])
+
+
+def write_small_example(path: str | os.PathLike) -> Path:
+    """Write ``examples/calibration_small.json`` (deterministic: same machine, same bytes)."""
+    return small_example().save_calibration(path)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m vrr.policies.online_calibration OUT.json")
+    print(write_small_example(sys.argv[1]))
