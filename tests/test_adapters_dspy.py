@@ -133,13 +133,23 @@ def test_a_later_plan_that_wins_by_the_margin_replaces_the_incumbent():
     assert pred.answer == "4" and pred.vrr.candidate == 1
 
 
+def judge_by_answer():
+    """A judge LM (DummyLM's dictionary mode) that rejects the answer 5 and accepts 4, however many votes
+    a round asks for."""
+    lm = DummyLM({"[[ ## answer ## ]]\n5\n": {"verdict": False}, "[[ ## answer ## ]]\n4\n": {"verdict": True}})
+    judge = dspy.Predict(Judge)
+    judge.set_lm(lm)
+    return judge
+
+
 def test_sequential_voting_asks_fewer_votes_for_the_same_decisions():
     votes = [[0] * 8, [1] * 8]
     full, _, judge_full = run(stop_controller(), ["5", "4", "9"], votes)
     seq_ctl = stop_controller(sequential="exact")
-    seq, _, judge_seq = run(seq_ctl, ["5", "4", "9"], votes)
-    asked = consumed(judge_seq, 16)
-    assert asked == seq.vrr.verifier_calls < 16 == consumed(judge_full, 16)
+    refine = VRRRefine(dspy.Predict("question -> answer"), seq_ctl, judge_by_answer())
+    with dspy.context(lm=DummyLM([{"answer": "5"}, {"answer": "4"}, {"answer": "9"}])):
+        seq = refine(question="What is 2 + 2?")
+    assert seq.vrr.usage["judge"]["calls"] == seq.vrr.verifier_calls < 16 == consumed(judge_full, 16)
     assert [(d.action, d.candidate) for d in seq.vrr.decisions] == [(d.action, d.candidate) for d in full.vrr.decisions]
     assert seq.answer == full.answer == "4"
     assert same(seq.vrr.decisions, expected_decisions(seq_ctl, votes))
@@ -224,13 +234,10 @@ def test_acall_asks_the_votes_of_a_round_concurrently_with_the_same_decisions():
     assert same(pred.vrr.decisions, expected_decisions(ctl, [[0] * 8, [1] * 8]))
     # with an LM judge (DummyLM's async path) and sequential voting: fewer votes, one request at a time
     seq_ctl = stop_controller(sequential="exact")
-    judge_lm = DummyLM(scripted([[0] * 8, [1] * 8]))
-    lm_judge = dspy.Predict(Judge)
-    lm_judge.set_lm(judge_lm)
-    seq = VRRRefine(dspy.Predict("question -> answer"), seq_ctl, lm_judge)
+    seq = VRRRefine(dspy.Predict("question -> answer"), seq_ctl, judge_by_answer())
     with dspy.context(lm=DummyLM([{"answer": "5"}, {"answer": "4"}])):
         pred = asyncio.run(seq.acall(question="What is 2 + 2?"))
-    assert pred.answer == "4" and consumed(judge_lm, 16) == pred.vrr.verifier_calls < 16
+    assert pred.answer == "4" and pred.vrr.usage["judge"]["calls"] == pred.vrr.verifier_calls < 16
     assert same(pred.vrr.decisions, expected_decisions(seq_ctl, [[0] * 8, [1] * 8]))
 
 

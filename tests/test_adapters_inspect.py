@@ -4,7 +4,9 @@ Without inspect_ai these tests skip, unless VRR_REQUIRE_ADAPTERS=1 (``make test`
 The mock replies carry their token usage, so Inspect never loads a tokenizer file from the network;
 every test checks that nothing tried to reach a non-loopback address.
 """
+import math
 
+import anyio
 import pytest
 
 
@@ -15,9 +17,12 @@ _require("inspect_ai")
 from inspect_ai import Task, eval as inspect_eval  # noqa: E402
 from inspect_ai.dataset import Sample  # noqa: E402
 from inspect_ai.model import ModelOutput, ModelUsage, get_model  # noqa: E402
-from inspect_ai.scorer import match  # noqa: E402
+from inspect_ai.event import InfoEvent  # noqa: E402
+from inspect_ai.scorer import Score, match, model_graded_qa  # noqa: E402
+from inspect_ai.solver import generate  # noqa: E402
 
-from vrr.adapters.inspect import vrr_refine  # noqa: E402
+from vrr.adapters._common import DeterministicJudgeWarning  # noqa: E402
+from vrr.adapters.inspect import plan_labels, posterior_panel, vrr_cost, vrr_probe, vrr_refine  # noqa: E402
 from vrr.policies.online import OnlineController  # noqa: E402
 
 # tenacity's own deprecation inside Inspect's retry setup, not ours
@@ -123,7 +128,8 @@ def test_guard_commits_the_incumbent_and_its_conversation(tmp_path):
 
 def test_sequential_voting_asks_fewer_votes_for_the_same_answer(tmp_path):
     votes = [[0] * 8, [1] * 8]
-    full_judge, seq_judge = Scripted(verdicts(votes)), Scripted(verdicts(votes))
+    full_judge = Scripted(verdicts(votes))
+    seq_judge = Scripted(answer=lambda last: "ACCEPT" if "ANSWER: 4" in last else "REJECT")
     full = run_eval(tmp_path / "full", stop_controller(), Scripted(["ANSWER: 3", "ANSWER: 4"]), full_judge)
     seq_ctl = stop_controller(sequential="exact")
     seq = run_eval(tmp_path / "seq", seq_ctl, Scripted(["ANSWER: 3", "ANSWER: 4"]), seq_judge)
@@ -164,3 +170,127 @@ def test_unparsable_replies_reject_and_a_custom_parser_is_used(tmp_path):
 def test_a_wrong_controller_fails_when_the_task_is_built():
     with pytest.raises(TypeError, match="OnlineController"):
         vrr_refine({"M": 8})
+
+
+class Concurrency:
+    """An async mockllm judge that accepts "ANSWER: 4" and records how many of its calls were in flight at once."""
+
+    def __init__(self):
+        self.in_flight = self.peak = self.calls = 0
+
+    async def __call__(self, messages, tools, tool_choice, config):
+        self.calls += 1
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        await anyio.sleep(0.01)
+        self.in_flight -= 1
+        return reply("ACCEPT" if "ANSWER: 4" in messages[-1].text else "REJECT")
+
+
+def test_the_votes_of_a_round_run_concurrently_and_sequential_votes_one_at_a_time(tmp_path):
+    full = Concurrency()
+    run_eval(tmp_path / "full", stop_controller(), Scripted(["ANSWER: 3", "ANSWER: 4"]), full)
+    assert (full.calls, full.peak) == (16, 8)
+    seq = Concurrency()
+    log = run_eval(tmp_path / "seq", stop_controller(sequential="exact"), Scripted(["ANSWER: 3", "ANSWER: 4"]), seq)
+    assert seq.peak == 1 and seq.calls == log.samples[0].metadata["vrr"]["verifier_calls"] < 16
+    batched = Concurrency()
+    run_eval(tmp_path / "batch", stop_controller(sequential="exact"), Scripted(["ANSWER: 3", "ANSWER: 4"]), batched,
+             vote_batch=3)
+    assert batched.peak == 3
+
+
+def test_each_round_is_one_transcript_event_and_costs_are_scored_per_role(tmp_path):
+    ctl = stop_controller()
+    votes = [[0] * 7 + [1], [1] * 8]
+    gen_model = get_model("mockllm/model", custom_outputs=Scripted(["ANSWER: 3", "ANSWER: 4"]))
+    judge_model = get_model("mockllm/model", custom_outputs=Scripted(verdicts(votes)))
+    task = Task(dataset=[Sample(input="What is 2 + 2?", target="4")],
+                solver=vrr_refine(ctl, judge_model=judge_model), scorer=[match(), vrr_cost()])
+    [log] = inspect_eval(task, model=gen_model, log_dir=str(tmp_path), display="none")
+    assert log.status == "success", log.error
+    [sample] = log.samples
+    rounds = [e.data["vrr_round"] for e in sample.events if isinstance(e, InfoEvent) and e.source == "vrr_refine"]
+    assert rounds == expected_decisions(ctl, votes)                 # b_k, G_k, B_k, action, mode, reason per round
+    assert sample.store["vrr"] == sample.metadata["vrr"]
+    usage = sample.metadata["vrr"]["usage"]
+    assert {role: (row["calls"], row["total_tokens"]) for role, row in usage.items()} == {
+        "generator": (1, 2), "judge": (16, 32), "repairer": (1, 2)}   # every mock reply carries 2 tokens
+    cost = {s.name: s.metrics["mean"].value for s in log.results.scores if s.scorer == "vrr_cost"}
+    assert (cost["verifier_calls"], cost["repair_calls"], cost["rounds"]) == (16, 1, 2)
+    assert (cost["generator_tokens"], cost["judge_tokens"], cost["repairer_tokens"]) == (2, 32, 2)
+
+
+def test_the_trace_is_kept_when_the_loop_raises(tmp_path):
+    def judge(last):
+        if "ANSWER: 4" in last:
+            raise RuntimeError("judge endpoint down")
+        return "REJECT"
+
+    gen_model = get_model("mockllm/model", custom_outputs=Scripted(["ANSWER: 3", "ANSWER: 4"]))
+    judge_model = get_model("mockllm/model", custom_outputs=Scripted(answer=judge))
+    task = Task(dataset=[Sample(input="What is 2 + 2?", target="4")],
+                solver=vrr_refine(stop_controller(), judge_model=judge_model), scorer=match())
+    [log] = inspect_eval(task, model=gen_model, log_dir=str(tmp_path), display="none", fail_on_error=False,
+                         retry_on_error=0)
+    [sample] = log.samples
+    assert sample.error is not None and "judge endpoint down" in sample.error.message
+    trace = sample.metadata["vrr"]
+    assert [d["action"] for d in trace["decisions"]] == ["repair"] and trace["candidate"] is None
+    assert trace["votes"][0] == [0] * 8 and "judge endpoint down" in trace["error"]
+
+
+def test_a_judge_at_temperature_zero_counts_as_one_vote(tmp_path):
+    judge = Scripted(verdicts([[0], [1]]))
+    with pytest.warns(DeterministicJudgeWarning, match="temperature 0"):
+        solver = vrr_refine(stop_controller(), judge_model=get_model("mockllm/model", custom_outputs=judge),
+                            judge_temperature=0)
+    task = Task(dataset=[Sample(input="What is 2 + 2?", target="4")], solver=solver, scorer=match())
+    gen_model = get_model("mockllm/model", custom_outputs=Scripted(["ANSWER: 3", "ANSWER: 4"]))
+    [log] = inspect_eval(task, model=gen_model, log_dir=str(tmp_path), display="none")
+    trace = log.samples[0].metadata["vrr"]
+    assert len(judge.prompts) == 2 and trace["votes"] == [[0], [1]] and "M = 1" in trace["judge_note"]
+
+
+def grader(text):
+    return get_model("mockllm/model", custom_outputs=[reply(text)])
+
+
+def test_the_posterior_panel_combines_grades_by_eq5_and_reports_unparsable_ones(tmp_path):
+    rates = [(0.1, 0.2), (0.3, 0.05), (0.2, 0.2)]
+    panel = [grader("GRADE: C"), grader("GRADE: I"), grader("I cannot decide")]
+    scorer = model_graded_qa(model=panel, reducer=posterior_panel(rates, prior=0.6))
+    task = Task(dataset=[Sample(input="What is 2 + 2?", target="4")], solver=generate(), scorer=scorer)
+    [log] = inspect_eval(task, model=get_model("mockllm/model", custom_outputs=[reply("4")]),
+                         log_dir=str(tmp_path), display="none")
+    assert log.status == "success", log.error
+    [score] = log.samples[0].scores.values()
+    valid = 0.6 * (1 - 0.2) * 0.05                     # grader 0 accepts, grader 1 rejects, grader 2 unusable
+    invalid = 0.4 * 0.1 * (1 - 0.3)
+    assert score.value == pytest.approx(valid / (valid + invalid))
+    assert score.metadata["panel"]["unparsable"] == [2]
+    assert (score.metadata["panel"]["accepts"], score.metadata["panel"]["rejects"]) == (1, 1)
+    reduce = posterior_panel(rates[:2])
+    assert math.isnan(reduce([Score(value=float("nan")), Score(value="P")]).value)     # no usable grade
+    with pytest.raises(ValueError, match="3 grades for 2 graders"):
+        reduce([Score(value="C")] * 3)
+    with pytest.raises(ValueError, match=r"rates\[0\]"):
+        posterior_panel([(1.5, 0.1)])
+
+
+def test_the_calibration_probe_records_votes_and_plan_labels_labels_both_answers(tmp_path):
+    gen = Scripted(["ANSWER: 3", "ANSWER: 4"])
+    judge = Scripted(verdicts([[1, 0, 0, 1]]))
+    task = Task(dataset=[Sample(input="What is 2 + 2?", target="4", id="q1")],
+                solver=vrr_probe(4, judge_model=get_model("mockllm/model", custom_outputs=judge)),
+                scorer=plan_labels(match()))
+    [log] = inspect_eval(task, model=get_model("mockllm/model", custom_outputs=gen), log_dir=str(tmp_path),
+                         display="none")
+    assert log.status == "success", log.error
+    [sample] = log.samples
+    probe = sample.metadata["vrr_probe"]
+    assert probe["votes"] == [1, 0, 0, 1] and probe["answers"] == ["ANSWER: 3", "ANSWER: 4"]
+    assert "2 of 4 reviewers judged the solution incorrect" in gen.prompts[1][-1]   # the repair saw the votes
+    [score] = sample.scores.values()
+    assert score.value == {"first": 0.0, "repaired": 1.0}
+    assert sample.output.completion == "ANSWER: 3"

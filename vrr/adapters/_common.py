@@ -253,6 +253,23 @@ def refine_steps(ctl: OnlineController, trace: LoopTrace, vote_batch: int | None
             return trace
 
 
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` of an error; for an exception group (concurrent votes), of its first error and
+    how many there were."""
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = []
+
+        def walk(group):
+            for e in group.exceptions:
+                walk(e) if isinstance(e, BaseExceptionGroup) else leaves.append(e)
+
+        walk(exc)
+        if leaves:
+            more = f" (and {len(leaves) - 1} more)" if len(leaves) > 1 else ""
+            return f"{type(leaves[0]).__name__}: {leaves[0]}{more}"
+    return f"{type(exc).__name__}: {exc}"
+
+
 class FailureBudget:
     """``dspy.Refine``'s ``fail_count``: calls that raise are retried until ``limit`` failures, then the last
     error is raised. Each failure is recorded in the trace with its role and round."""
@@ -264,7 +281,7 @@ class FailureBudget:
 
     def failed(self, role: str, round_: int, exc: BaseException) -> None:
         """Record a failed call; re-raise it once more than ``limit`` calls failed."""
-        self.trace.failures.append({"role": role, "round": round_, "error": f"{type(exc).__name__}: {exc}"})
+        self.trace.failures.append({"role": role, "round": round_, "error": describe_error(exc)})
         if len(self.trace.failures) > self.limit:
             raise exc
 

@@ -32,8 +32,9 @@ from dspy.signatures import InputField
 from dspy.utils.usage_tracker import track_usage
 
 from ..policies.online import Decision, OnlineController
-from ._common import (Decided, check_vote_batch, FailureBudget, LoopTrace, Plan, Votes, add_usage, as_vote, calibration_decision,
-                      deterministic_judge_note, fresh_controller, labeled_controller, refine_steps, vote_feedback)
+from ._common import (Decided, FailureBudget, LoopTrace, Plan, Votes, add_usage, as_vote, calibration_decision,
+                      check_vote_batch, describe_error, deterministic_judge_note, fresh_controller,
+                      labeled_controller, refine_steps, vote_feedback)
 
 HINT_FIELD = "hint_"  # Refine's name for the hint input field
 
@@ -352,7 +353,7 @@ class VRRRefine(dspy.Module):
     @staticmethod
     def _failed(run: _Run, exc: BaseException):
         """Keep the trace on the error (``exc.vrr``): the rounds decided before the loop raised."""
-        run.trace.error = f"{type(exc).__name__}: {exc}"
+        run.trace.error = describe_error(exc)
         exc.vrr = run.trace
         return exc
 

@@ -40,9 +40,9 @@ from inspect_ai.util import collect, resource
 
 from ..core.belief import belief_update
 from ..policies.online import OnlineController
-from ._common import (Decided, LoopTrace, Plan, Votes, add_usage, as_vote, calibration_decision,
-                      deterministic_judge_note, fresh_controller, labeled_controller, refine_steps, round_record,
-                      vote_feedback, check_vote_batch)
+from ._common import (Decided, LoopTrace, Plan, Votes, add_usage, as_vote, calibration_decision, check_vote_batch,
+                      describe_error, deterministic_judge_note, fresh_controller, labeled_controller, refine_steps,
+                      round_record, vote_feedback)
 
 JUDGE_TEMPLATE = r"""
 You are reviewing a proposed answer. Decide whether it is correct.
@@ -186,7 +186,7 @@ def vrr_refine(controller: OnlineController, judge_model: str | Model | None = N
         except StopIteration:
             pass
         except BaseException as exc:
-            trace.error = f"{type(exc).__name__}: {exc}"
+            trace.error = describe_error(exc)
             loop.keep()
             raise
         state = loop.state
