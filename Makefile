@@ -141,7 +141,8 @@ $(RESULTS)/%/04_replay.ipynb: $(RESULTS)/%/03_calibrate.ipynb notebooks/04_repla
 $(RESULTS)/%/05_stats.ipynb: $(RESULTS)/%/04_replay.ipynb notebooks/05_stats.ipynb $(VRR_SRC)
 	$(call run_nb,notebooks/05_stats.ipynb,$@,$(NB_COMMON) -p n_resamples $(RESAMPLES))
 
-PAPER_SETTINGS = $(filter-out sim_nonstationary sim_nonstationary_control,$(SETTINGS))
+# resampling controls only feed the loop-dynamics figure
+PAPER_SETTINGS = $(filter-out sim_nonstationary sim_nonstationary_control mbpp_cpu_nonstationary_resample,$(SETTINGS))
 pick = $(or $(firstword $(filter $(1),$(SETTINGS))),$(2))
 $(RESULTS)/06_figures.ipynb: $(foreach s,$(SETTINGS),$(RESULTS)/$(s)/05_stats.ipynb) notebooks/06_figures.ipynb $(VRR_SRC)
 	$(call run_nb,notebooks/06_figures.ipynb,$@,-p results_root $(RESULTS) -p seed $(SEED) \

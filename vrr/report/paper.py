@@ -15,6 +15,7 @@ from . import render as rep
 from ..common.jsonio import read_json
 from ..data.contract import load_setting
 from ..calibration.identifiability import flip_risk_grid
+from ..settings import load_config
 
 PAPER_POLICY_ORDER = ["No repair", "Majority stopping", "ConfStop-0.85", "Fixed K=1", "Fixed K=3", "Fixed K=5",
                       "Accepted-first", "Last-accepted", "Verifier-best", "VRR-Stop", "VRR-Guard", "Algorithm 1",
@@ -253,3 +254,33 @@ def flip_region_rates(j_values, delta_edges, flips, decisions) -> tuple[float, f
     safe = (j_values >= 0.4)[:, None] | (delta_edges[:-1] >= 0.30)[None, :]
     return (float(flips[low].sum() / max(decisions[low].sum(), 1)),
             float(flips[safe].sum() / max(decisions[safe].sum(), 1)))
+
+
+def perturbation_start(setting: str) -> int | None:
+    """First perturbed round of a non-stationary setting, read from its YAML (simulated:
+    ``schedule.start_round``; real: ``perturbation.from_round``); None if it has none."""
+    cfg = load_config(setting)
+    start = (cfg.get("schedule") or {}).get("start_round") or (cfg.get("perturbation") or {}).get("from_round")
+    return int(start) if start else None
+
+
+def loop_dynamics_panels(results_root: str | Path, pairs: Sequence[tuple[str, str]]) -> list[dict]:
+    """Panels of the loop-dynamics figure: for each (non-stationary run, resampling control) pair whose
+    two calibration.json exist, the validity by round of both, titled real or simulated."""
+    panels = []
+    for main, control in pairs:
+        paths = [Path(results_root) / r / "calibration.json" for r in (main, control)]
+        if not all(p.is_file() for p in paths):
+            continue
+        ld_main, ld_control = (read_json(p)["loop_dynamics"] for p in paths)
+        kind = "real" if ld_main.get("kind") == "real" else "simulated"
+        panels.append({"title": f"{ld_main['label']} [{kind}, N={ld_main['N']}]", "q_main": ld_main["Q"],
+                       "q_control": ld_control["Q"], "perturb_round": perturbation_start(main),
+                       "settings": (main, control)})
+    return panels
+
+
+def pareto_panels(res: Results, runs: Sequence[str]) -> list[dict]:
+    """Panels of the Pareto figure (App. F): V against mean repair rounds of each policy, one panel per run."""
+    return [{"title": f"{res.label(r)} (N={res.calibration[r]['loop_dynamics']['N']})",
+             "rows": res.stats[r]["policy_table"], "setting": r} for r in runs if r in res.runs]

@@ -161,14 +161,18 @@ def fig_gain_geometry(operators: Sequence[dict]):
 
 
 def fig_cross_setting(rows: Sequence[dict], ncols: int = 4):
-    """Cross-setting dynamics (App. C figure): mean true validity per round under unconditional repair."""
+    """Cross-setting dynamics (App. C figure): mean true validity per round under unconditional repair.
+    A row with ``kind == "real"`` (LLM trajectories) is drawn solid and titled "real"; a simulated one
+    dashed and titled "sim.", so that the two kinds are never confused."""
     n = len(rows)
     nrows = int(np.ceil(n / ncols))
     fig, axes = plt.subplots(nrows, ncols, figsize=(TEXT_WIDTH, 1.7 * nrows), sharey=True, squeeze=False)
     for ax, row in zip(axes.ravel(), rows):
         k = np.arange(len(row["Q"]))
-        ax.plot(k, row["Q"], "-o", ms=3)
-        ax.set_title(f"{row['label']}\n{row['shape']}")
+        real = row.get("kind") == "real"
+        ax.plot(k, row["Q"], "-o" if real else "--o", ms=3, color="C0" if real else "C7",
+                mfc="C0" if real else "white")
+        ax.set_title(f"{row['label']} [{'real' if real else 'sim.'}]\n{row['shape']}")
         ax.set_ylim(0, 1)
         ax.set_xticks(k)
     for ax in axes.ravel()[n:]:
@@ -260,24 +264,31 @@ def fig_pareto(panels: Sequence[dict]):
     return fig
 
 
-def fig_loop_dynamics(q_main, q_control, ci_main=None, label_main="repeated repair",
-                      label_control="independent resampling", perturb_round: int | None = None):
-    """Loop dynamics (Fig. loop-dynamics): validity per round of the non-stationary diagnostic
-    against its independent-resampling control, with the interior peak marked."""
-    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.2))
-    k = np.arange(len(q_main))
-    ax.plot(k, q_main, "-o", ms=3, label=label_main)
-    if ci_main is not None:
-        ax.fill_between(k, ci_main[0], ci_main[1], alpha=0.2)
-    ax.plot(np.arange(len(q_control)), q_control, "--s", ms=3, label=label_control)
-    peak = int(np.argmax(q_main))
-    ax.annotate(f"$K^*$={peak}", (peak, q_main[peak]), xytext=(0, 6), textcoords="offset points", ha="center")
-    if perturb_round is not None:
-        ax.axvspan(perturb_round - 0.5, k[-1] + 0.3, color="0.9", zorder=0, label="prompt mismatch")
-    ax.set_xlabel("repair round $k$")
-    ax.set_ylabel("true validity")
-    ax.set_ylim(0, 1)
-    ax.set_xticks(k)
-    ax.legend(frameon=False, loc="lower left")
+def fig_loop_dynamics(panels: Sequence[dict]):
+    """Loop dynamics (Fig. loop-dynamics): per panel, validity per round of a non-stationary run
+    (repeated repair of one candidate) against its independent-resampling control under the same
+    budget and perturbation schedule. Each panel dict has ``title``, ``q_main``, ``q_control`` and
+    optionally ``perturb_round``. The interior peak K* = argmax_k Q_k is marked only where the data
+    show one (0 < K* < last round); otherwise the panel says "no interior peak"."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(COLUMN_WIDTH * len(panels), 2.3), squeeze=False, sharey=True)
+    for ax, panel in zip(axes[0], panels):
+        q_main, q_control = np.asarray(panel["q_main"], float), np.asarray(panel["q_control"], float)
+        k = np.arange(len(q_main))
+        start = panel.get("perturb_round")
+        if start is not None:
+            ax.axvspan(start - 0.5, k[-1] + 0.3, color="0.9", zorder=0, label="prompt mismatch")
+        ax.plot(k, q_main, "-o", ms=3, label="repeated repair")
+        ax.plot(np.arange(len(q_control)), q_control, "--s", ms=3, label="independent resampling")
+        peak = int(np.argmax(q_main))
+        if 0 < peak < len(q_main) - 1 and q_main[peak] > q_main[-1]:
+            ax.annotate(f"$K^*$={peak}", (peak, q_main[peak]), xytext=(0, 6), textcoords="offset points", ha="center")
+        else:
+            ax.text(0.98, 0.95, "no interior peak", transform=ax.transAxes, ha="right", va="top", fontsize=6)
+        ax.set_title(panel["title"])
+        ax.set_xlabel("repair round $k$")
+        ax.set_ylim(0, 1)
+        ax.set_xticks(k)
+    axes[0][0].set_ylabel("true validity")
+    axes[0][0].legend(frameon=False, loc="lower left", fontsize=6)
     fig.tight_layout()
     return fig

@@ -55,6 +55,8 @@ def loop_dynamics(setting: Setting) -> dict:
     q = y.mean(axis=0)
     row = {
         "setting": setting.name, "label": setting.meta.get("label", setting.name), "N": setting.n_instances,
+        # simulated arrays carry their generating parameters; LLM trajectories do not
+        "kind": "simulated" if "true_params" in setting.meta else "real",
         "rho0": votes.rho0, "rho1": votes.rho1, "J": 1 - votes.rho0 - votes.rho1,
         # the labeled frequencies themselves (descriptive; the decision rule uses defined_rate)
         "alpha": cal.transitions.alpha, "beta": cal.transitions.beta,
