@@ -41,7 +41,7 @@ from ..prompts import PromptSet
 from .base import Problem as _Problem
 from .base import Task
 from .bfcl import BFCL_EVAL_VERSION, CONDITION_SWAPS, ENTITY_SWAPS, _balanced, _data_dirs, checker
-from .bfcl_multi_exec import ANSWER_TAG
+from .bfcl_multi_exec import ANSWER_TAG, refusal
 from .gsm8k import _perturb_number, _rng
 from .gsm8k import apply_perturbation as _apply_span
 
@@ -357,20 +357,42 @@ def _key(problem: Problem, decoded) -> str:
     return hashlib.sha256(json.dumps([problem.answer["id"], decoded]).encode()).hexdigest()
 
 
+def refused_call(call_list: str | None, problem: Problem) -> str | None:
+    """The first call of an extracted call list that is not a plain call of the problem's functions with
+    literal arguments (``bfcl_multi_exec.refusal``), with the reason; None when there is none. Read
+    before bfcl-eval's decoder, which would turn such an argument into an inert string."""
+    try:
+        tree = ast.parse(call_list or "[]", mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None  # the decoder reports it
+    allowed = set(problem.answer["params"])
+    for elt in tree.elts if isinstance(tree, (ast.List, ast.Tuple)) else [tree]:
+        why = refusal(ast.unparse(elt), allowed)
+        if why:
+            return f"{why}: {ast.unparse(elt)}"[:300]
+    return None
+
+
 def check_trajectories(items: list[tuple[object, Problem]]) -> list[dict]:
     """The official multi-turn checker's verdicts on ``(answer, problem)`` pairs, each in the sandbox
-    (identical trajectories are checked once per process)."""
-    decoded_all = []
-    for answer, p in items:
-        turns = decode(trajectory(answer, p))
+    (identical trajectories are checked once per process). A trajectory with a call that is not a plain
+    call of the problem's functions (:func:`refused_call`) is invalid without running."""
+    decoded_all, refused = [], {}
+    for n, (answer, p) in enumerate(items):
+        lists = trajectory(answer, p)
+        why = next((w for w in (refused_call(c, p) for c in lists) if w), None)
+        if why:
+            refused[n] = {"valid": False, "error_type": "vrr:refused_call", "error": why}
+        turns = decode(lists) if not why else [None] * len(lists)
         decoded_all.append([[calls] if calls else [] for calls in turns])
     keys = [_key(p, d) for (_, p), d in zip(items, decoded_all)]
     todo = {k: ({"op": "check", "entry": p.entry, "decoded": d, "ground_truth": p.ground_truth}, p)
-            for k, (_, p), d in zip(keys, items, decoded_all) if k not in _VERDICTS}
+            for n, (k, (_, p), d) in enumerate(zip(keys, items, decoded_all))
+            if k not in _VERDICTS and n not in refused}
     for k, v in zip(todo, run_sandboxed(list(todo.values()))):
         v = v if "valid" in v else {"valid": False, "error_type": "vrr:sandbox", "error": v.get("error", "")}
         _VERDICTS[k] = v
-    return [_VERDICTS[k] for k in keys]
+    return [refused.get(n) or _VERDICTS[k] for n, k in enumerate(keys)]
 
 
 def replay(items: list[tuple[list[list[str]], Problem]]) -> list[list[list[str]] | None]:

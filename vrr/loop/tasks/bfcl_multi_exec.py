@@ -18,7 +18,9 @@ Every model-written call is screened first (:func:`refusal`): a call expression 
 methods of the problem's environments and whose arguments are literals (nested calls of such methods
 allowed, as bfcl-eval's decoder writes them). Anything else (names, attributes, ``__import__``, unpacking,
 lambdas) never reaches bfcl-eval's ``eval``: it is replaced by a call of an undefined name, so the
-executor reports an execution error for it, as for any call that fails. The answer is written to the
+executor reports an execution error for it, as for any call that fails. In ``check`` a trajectory with a
+refused call is invalid without running (the one deviation from bfcl-eval's checker, toward invalid: the
+official checker tolerates extra failing calls). The answer is written to the
 real stdout as one line after :data:`ANSWER_TAG`; library output goes to stderr.
 """
 import ast
@@ -96,7 +98,11 @@ def _check(req):
 
     entry = req["entry"]
     allowed = _methods(entry["involved_classes"])
-    decoded = [[screened(step, allowed) for step in turn] for turn in req["decoded"]]
+    refused = [c for turn in req["decoded"] for step in turn for c in step if refusal(c, allowed)]
+    if refused:
+        return {"valid": False, "error_type": "vrr:refused_call",
+                "error": f"{refusal(refused[0], allowed)}: {refused[0]}"[:500]}
+    decoded = req["decoded"]
     if len(decoded) != len(req["ground_truth"]):  # as bfcl-eval's runner: a missing turn fails the entry
         return {"valid": False, "error_type": "multi_turn:force_terminated",
                 "error": f"{len(decoded)} turns for {len(req['ground_truth'])}"}
