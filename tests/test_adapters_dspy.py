@@ -341,3 +341,53 @@ def test_bad_inputs_are_clear_errors():
     needs_context = VRRRefine(dspy.Predict("question -> answer"), ctl, "question, answer, context -> verdict: bool")
     with dspy.context(lm=DummyLM([{"answer": "5"}])), pytest.raises(ValueError, match=r"\['context'\]"):
         needs_context(question="What is 2 + 2?")
+
+
+# Calibration set: per example, (first answer, repaired answer, the judge's M=4 votes on the first answer).
+CALIBRATION = [("4", "4", [1, 1, 1, 0]), ("4", "5", [1, 1, 1, 1]), ("5", "4", [0, 0, 1, 0]),
+               ("5", "6", [0, 0, 0, 0]), ("6", "4", [1, 0, 0, 0]), ("4", "4", [1, 1, 0, 1])]
+
+
+def test_calibrate_collects_votes_labels_and_repairs_from_a_labeled_devset():
+    trainset = [dspy.Example(question=f"Problem {i}: what is 2 + 2?", answer="4").with_inputs("question")
+                for i in range(len(CALIBRATION))]
+    gen = DummyLM([{"answer": a} for first, repaired, _ in CALIBRATION for a in (first, repaired)])
+    judge_lm = DummyLM(scripted([votes for _, _, votes in CALIBRATION]))
+    judge = dspy.Predict(Judge)
+    judge.set_lm(judge_lm)
+    refine = VRRRefine(dspy.Predict("question -> answer"), None, judge)
+    with dspy.context(lm=gen):
+        report = refine.calibrate(trainset, lambda example, pred, trace=None: pred.answer == example.answer,
+                                  M=4, k_max=2, policy="vrr_stop")
+    assert consumed(gen, 12) == 12 and consumed(judge_lm, 24) == 24
+    assert {role: row["calls"] for role, row in refine.calibration_trace.usage.items()} == {
+        "generator": 6, "judge": 24, "repairer": 6}
+    # first plans: valid ones got 3, 4, 3 accepts; invalid ones 1, 0, 1 (what the adapter handed over)
+    assert report.data["accept_histogram_valid"] == [0, 0, 0, 2, 1]
+    assert report.data["accept_histogram_invalid"] == [1, 2, 0, 0, 0]
+    assert (report.n_plans, report.n_repairs) == (6, 6)
+    # labeled MLE on these counts: rho0 = 2/12 false accepts, rho1 = 2/12 false rejects, pi = 3/6;
+    # repairs: 2 of 3 invalid plans fixed (alpha), 1 of 3 valid plans broken (beta)
+    assert (report.rho0, report.rho1, report.pi) == pytest.approx((1 / 6, 1 / 6, 0.5))
+    assert (report.alpha, report.beta) == pytest.approx((2 / 3, 1 / 3))
+    assert refine.controller.M == 4 and refine.controller.k_max == 2 and refine.controller.policy == "vrr_stop"
+    assert report.mode in ("stop", "guard") and report.reason
+
+
+def test_calibrate_errors_name_the_example_and_a_deterministic_judge_calibrates_one_vote():
+    refine = VRRRefine(dspy.Predict("question -> answer"), None, Judge)
+    with pytest.raises(ValueError, match="give M"):
+        refine.calibrate([dspy.Example(question="q", answer="4").with_inputs("question")], lambda e, p: 1)
+    with pytest.raises(ValueError, match=r"trainset\[0\].*with_inputs"):
+        refine.calibrate([dspy.Example(question="q", answer="4")], lambda e, p: 1, M=4)
+    with pytest.warns(DeterministicJudgeWarning):
+        exact = VRRRefine(dspy.Predict("question -> answer"), None, lambda inputs, pred: pred.answer == "4")
+    trainset = [dspy.Example(question=f"Problem {i}", answer="4").with_inputs("question") for i in range(4)]
+    gen = DummyLM([{"answer": a} for a in ("4", "4", "5", "4", "5", "5", "4", "6")])
+    with dspy.context(lm=gen):
+        report = exact.calibrate(trainset, lambda example, pred: float(pred.answer == example.answer),
+                                 metric_threshold=0.5, k_max=1, policy="vrr_stop")
+    assert report.M == 1 and exact.controller.M == 1
+    assert report.data["accept_histogram_valid"] == [0, 2] and report.data["accept_histogram_invalid"] == [2, 0]
+    with pytest.raises(ValueError, match="one vote"):
+        exact.calibrate(trainset, lambda example, pred: 1, M=4)

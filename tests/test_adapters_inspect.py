@@ -22,7 +22,8 @@ from inspect_ai.scorer import Score, match, model_graded_qa  # noqa: E402
 from inspect_ai.solver import generate  # noqa: E402
 
 from vrr.adapters._common import DeterministicJudgeWarning  # noqa: E402
-from vrr.adapters.inspect import plan_labels, posterior_panel, vrr_cost, vrr_probe, vrr_refine  # noqa: E402
+from vrr.adapters.inspect import (calibrate_from_log, calibrate_from_samples, plan_labels, posterior_panel,  # noqa: E402
+                                  vrr_cost, vrr_probe, vrr_refine)
 from vrr.policies.online import OnlineController  # noqa: E402
 
 # tenacity's own deprecation inside Inspect's retry setup, not ours
@@ -294,3 +295,42 @@ def test_the_calibration_probe_records_votes_and_plan_labels_labels_both_answers
     [score] = sample.scores.values()
     assert score.value == {"first": 0.0, "repaired": 1.0}
     assert sample.output.completion == "ANSWER: 3"
+
+
+def test_calibrate_from_log_fits_the_controller_from_the_probe_eval(tmp_path):
+    # per sample: first answer, repaired answer, the judge's votes on the first answer (M = 4)
+    plans = {0: ("4", "4", [1, 1, 1, 0]), 1: ("4", "5", [1, 1, 1, 1]), 2: ("5", "4", [0, 0, 1, 0]),
+             3: ("5", "6", [0, 0, 0, 0]), 4: ("6", "4", [1, 0, 0, 0]), 5: ("4", "4", [1, 1, 0, 1])}
+
+    def generator(last):
+        i = int(last.split("Problem ")[1].split(":")[0])
+        return f"ANSWER: {plans[i][1] if 'reviewers judged' in last else plans[i][0]}"
+
+    asked = {i: 0 for i in plans}
+
+    def judge(last):
+        i = int(last.split("Problem ")[1].split(":")[0])
+        asked[i] += 1
+        return "ACCEPT" if plans[i][2][asked[i] - 1] else "REJECT"
+
+    samples = [Sample(input=f"Problem {i}: what is 2 + 2?", target="4", id=i) for i in plans]
+    task = Task(dataset=samples, scorer=plan_labels(match()),
+                solver=vrr_probe(4, judge_model=get_model("mockllm/model", custom_outputs=Scripted(answer=judge))))
+    [log] = inspect_eval(task, model=get_model("mockllm/model", custom_outputs=Scripted(answer=generator)),
+                         log_dir=str(tmp_path), display="none")
+    assert log.status == "success", log.error
+    ctl = calibrate_from_log(log.location, k_max=2, policy="vrr_stop")   # the log file, read back
+    report = ctl.calibration_report
+    assert report.data["accept_histogram_valid"] == [0, 0, 0, 2, 1]
+    assert report.data["accept_histogram_invalid"] == [1, 2, 0, 0, 0]
+    assert (report.rho0, report.rho1, report.pi, report.alpha, report.beta) == pytest.approx(
+        (1 / 6, 1 / 6, 0.5, 2 / 3, 1 / 3))
+    assert (ctl.M, ctl.k_max, report.n_plans, report.n_repairs) == (4, 2, 6, 6)
+    # an unlabeled sample is left out with a warning naming it; the others still calibrate
+    samples = list(log.samples)
+    samples[0] = samples[0].model_copy(update={"scores": {"plan_labels": Score(
+        value={"first": float("nan"), "repaired": 1.0})}})
+    with pytest.warns(UserWarning, match=r"left out 1 sample\(s\): 0 \(unlabeled\)"):
+        assert calibrate_from_samples(samples, k_max=2, policy="vrr_stop").calibration_report.n_plans == 5
+    with pytest.raises(ValueError, match="no 'vrr_probe' record"):
+        calibrate_from_samples([samples[1].model_copy(update={"metadata": {}})])
