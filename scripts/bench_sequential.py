@@ -1,25 +1,35 @@
 #!/usr/bin/env python
-"""Sequential voting: verifier calls of the online controller with M votes per round against one vote at
-a time (issue 12, item 2).
+"""Sequential voting: verifier calls (and, on the real windows, verifier tokens) of the online controller
+with M votes per round against one vote at a time.
 
 For every committed setting (``results/*/calibration.json``: the simulated settings and the real
 windows of ``data/real/``) and each policy (Algorithm 1, VRR-Stop, VRR-Guard), the controller runs per
-cross-fit fold with the calibration replay uses, and prints:
+cross-fit fold with the calibration replay uses, in four modes:
 
-* fixed: verifier calls per instance with M votes per round evaluated (the paper's cost);
-* exact: calls with exact curtailment (``sequential="exact"``: a round stops asking once no completion
-  of its remaining votes changes the decision or the state it leaves), and the ratio exact / fixed;
-* pred: calls with the predictive test (``sequential="predictive"``, per-round error rate
-  ``--error-rate`` under the calibrated model) and its ratio;
-* changed: instances whose committed plan differs from fixed M (exact: must be 0), and the validity
-  V of the committed plans under fixed M and under the predictive test.
+* fixed: M votes per round evaluated (the paper's cost);
+* exact: exact curtailment (``sequential="exact"``: a round stops asking once no completion of its
+  remaining votes changes the decision or the state it leaves; under VRR-Stop, once none changes the
+  decision on any future vote path). It must change 0 decisions;
+* sprt: also Wald's SPRT on the votes' likelihood ratio (``sequential="sprt"``, anytime-valid at
+  ``--error-rate``);
+* pred: also the predictive test (``sequential="predictive"``, per-round error rate ``--error-rate``).
+
+Per setting and policy it prints mean verifier calls per instance for each mode, the decisions each mode
+changed against fixed M (committed plans that differ), and the validity V of the committed plans (fixed)
+with its change Delta V under sprt and pred. For the real windows a second table gives generated and
+prompt tokens of the verifier per instance, per mode. The run data record no tokens per vote (only each
+batch's totals over all roles), so they are estimated: generated tokens per vote = the vote's stored
+judge output length in characters times the window's recorded generated tokens per generated character
+(plans and judge outputs); prompt tokens per verifier call = the window's recorded prompt tokens per prompt
+sent (generation, judge and repair prompts alike), one prompt per call (a loop that samples a round's M
+votes from one prompt with n=M sends one prompt per round instead).
 
 Vote order: the real windows replay the judge votes in the order the loop stored them
 (``data/real/<setting>/trajectories.jsonl.gz``, ``rounds[k].votes``; an unparsable verdict counts as a
 reject, as in S_k). The simulated arrays store only counts S_k, so each round's S_k accepts are placed in
 a random order (``vrr.policies.sequential.vote_orders``, ``--seed``, default 0).
 
-    .venv/bin/python scripts/bench_sequential.py                     # all settings (a few minutes)
+    .venv/bin/python scripts/bench_sequential.py                     # all settings (several minutes)
     .venv/bin/python scripts/bench_sequential.py --settings sim_qwen3b_pmstress --markdown
 """
 from __future__ import annotations
@@ -73,47 +83,111 @@ def setting_inputs(name: str, seed: int = 0, results: Path = REPO_ROOT / "result
     return setting, cf, config, votes, order
 
 
+def _texts(judge, M: int) -> list[str]:
+    if isinstance(judge, list) and len(judge) == M:
+        return [str(j) for j in judge]
+    text = str(judge)                    # one stored string for the round: split it evenly
+    return [text[i * len(text) // M:(i + 1) * len(text) // M] for i in range(M)]
+
+
+def token_estimates(arrays_path: Path, S: np.ndarray, M: int):
+    """(generated tokens per vote [N, K+1, M], prompt tokens per verifier call) estimated from the window's
+    recorded batch totals (see the module docstring); None without trajectories."""
+    path = arrays_path.parent / "trajectories.jsonl.gz"
+    if not path.is_file():
+        return None
+    from vrr.loop.store import read_jsonl_gz, unique_by_index
+
+    records = unique_by_index(read_jsonl_gz(path))
+    gen_tokens = prompt_tokens = gen_chars = prompts = 0.0
+    chars = np.zeros(S.shape + (M,))
+    for i, r in enumerate(records):
+        share = 1.0 / r["batch_size"]    # every record of a batch repeats the batch's totals
+        gen_tokens += share * r["batch_tokens"]["generated"]
+        prompt_tokens += share * r["batch_tokens"]["prompt"]
+        rounds = r["rounds"]
+        prompts += 2 * len(rounds)       # one generation or repair prompt and one judge prompt per round
+        for k, rd in enumerate(rounds):
+            chars[i, k] = [len(x) for x in _texts(rd.get("judge", ""), M)]
+            gen_chars += len(rd.get("plan", ""))
+    gen_chars += chars.sum()
+    return chars * (gen_tokens / gen_chars), prompt_tokens / prompts
+
+
+MODES = ("off", "exact", "sprt", "predictive")
+
+
 def bench_setting(name: str, seed: int = 0, error_rate: float = 0.05, results: Path = REPO_ROOT / "results") -> list[dict]:
     setting, cf, config, votes, order = setting_inputs(name, seed, results)
     alg = algorithm1_inputs(setting, cf, config)
+    arrays = REPO_ROOT / json.loads((Path(results) / name / "calibration.json").read_text())["arrays_path"]
+    tokens = token_estimates(arrays, setting.S, setting.M) if order == "stored order" else None
     rows = []
+    n = setting.S.shape[0]
     for policy, label in POLICIES.items():
-        runs = {}
-        for mode in ("off", "exact", "predictive"):
+        row = {"setting": name, "policy": label, "order": order, "N": n}
+        fixed = None
+        for mode in MODES:
             ctls = fold_controllers(setting, cf, config, policy, alg_inputs=alg, sequential=mode,
                                     error_rate=error_rate)
-            runs[mode] = run_controller(ctls, setting.S, votes=None if mode == "off" else votes, folds=cf.folds)
-        fixed = runs["off"]
-        n = setting.S.shape[0]
-        rows.append({
-            "setting": name, "policy": label, "order": order, "N": n,
-            "fixed": float(fixed.verifier_calls.mean()),
-            "exact": float(runs["exact"].verifier_calls.mean()),
-            "pred": float(runs["predictive"].verifier_calls.mean()),
-            "changed_exact": int((runs["exact"].outcome.committed != fixed.outcome.committed).sum()),
-            "changed_pred": int((runs["predictive"].outcome.committed != fixed.outcome.committed).sum()),
-            "V_fixed": float(fixed.outcome.validity(setting.y).mean()),
-            "V_pred": float(runs["predictive"].outcome.validity(setting.y).mean()),
-        })
+            run = run_controller(ctls, setting.S, votes=None if mode == "off" else votes, folds=cf.folds)
+            fixed = run if mode == "off" else fixed
+            row[f"calls_{mode}"] = float(run.verifier_calls.mean())
+            row[f"changed_{mode}"] = int((run.outcome.committed != fixed.outcome.committed).sum())
+            row[f"V_{mode}"] = float(run.outcome.validity(setting.y).mean())
+            if tokens is not None:
+                per_vote, per_call = tokens
+                asked = np.arange(setting.M)[None, None, :] < run.votes_per_round[:, :, None]
+                row[f"gen_{mode}"] = float((per_vote * asked).sum() / n)
+                row[f"prompt_{mode}"] = float(per_call * run.verifier_calls.mean())
+        rows.append(row)
     return rows
 
 
-def render(rows: list[dict], error_rate: float, markdown: bool) -> str:
-    head = ["setting", "policy", "fixed", "exact", "exact/fixed", "changed", f"pred({error_rate:g})",
-            "pred/fixed", "changed", "V fixed", "V pred", "vote order"]
-    lines = []
-    for r in rows:
-        lines.append([r["setting"], r["policy"], f"{r['fixed']:.2f}", f"{r['exact']:.2f}",
-                      f"{r['exact'] / r['fixed']:.3f}", f"{r['changed_exact']}/{r['N']}", f"{r['pred']:.2f}",
-                      f"{r['pred'] / r['fixed']:.3f}", f"{r['changed_pred']}/{r['N']}", f"{r['V_fixed']:.3f}",
-                      f"{r['V_pred']:.3f}", r["order"]])
+def _table(head: list[str], lines: list[list[str]], markdown: bool) -> str:
     if markdown:
         out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        out += ["| " + " | ".join(line) + " |" for line in lines]
-        return "\n".join(out)
+        return "\n".join(out + ["| " + " | ".join(line) + " |" for line in lines])
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(head)]
     fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
     return "\n".join([fmt(head)] + [fmt(line) for line in lines])
+
+
+def render(rows: list[dict], error_rate: float, markdown: bool) -> str:
+    e = f"{error_rate:g}"
+    head = ["setting", "policy", "fixed", "exact", "exact/fixed", f"sprt({e})", f"pred({e})",
+            "changed exact/sprt/pred", "V fixed", "dV sprt", "dV pred", "vote order"]
+    lines = [[r["setting"], r["policy"], f"{r['calls_off']:.2f}", f"{r['calls_exact']:.2f}",
+              f"{r['calls_exact'] / r['calls_off']:.3f}" if r["calls_off"] else "-",
+              f"{r['calls_sprt']:.2f}", f"{r['calls_predictive']:.2f}",
+              f"{r['changed_exact']}/{r['changed_sprt']}/{r['changed_predictive']} of {r['N']}",
+              f"{r['V_off']:.3f}", f"{r['V_sprt'] - r['V_off']:+.3f}", f"{r['V_predictive'] - r['V_off']:+.3f}",
+              r["order"]] for r in rows]
+    out = [_table(head, lines, markdown)]
+    real = [r for r in rows if "gen_off" in r]
+    if real:
+        head = ["setting", "policy"] + [f"{kind} tokens {m}" for kind in ("gen", "prompt")
+                                        for m in ("fixed", "exact", "sprt", "pred")]
+        lines = [[r["setting"], r["policy"]] + [f"{r[f'{kind}_{m}']:.0f}" for kind in ("gen", "prompt")
+                                                 for m in MODES] for r in real]
+        out += ["", "Verifier tokens per instance (estimated from the recorded batch totals, real windows):", "",
+                _table(head, lines, markdown)]
+    return "\n".join(out)
+
+
+def summary(rows: list[dict]) -> list[str]:
+    """Pooled savings per policy and mode, and the pooled changed decisions."""
+    by_policy: dict = {}
+    for r in rows:
+        by_policy.setdefault(r["policy"], []).append(r)
+    out = []
+    for policy, rs in by_policy.items():
+        total = {m: sum(r[f"calls_{m}"] * r["N"] for r in rs) for m in MODES}
+        n = sum(r["N"] for r in rs)
+        parts = [f"{m} saves {100 * (1 - total[m] / total['off']):.1f}% (changed {sum(r[f'changed_{m}'] for r in rs)}"
+                 f"/{n} = {100 * sum(r[f'changed_{m}'] for r in rs) / n:.2f}%)" for m in MODES[1:]]
+        out.append(f"{policy}: " + "; ".join(parts) + f" of verifier calls, pooled over {len(rs)} settings")
+    return out
 
 
 def main(argv=None) -> int:
@@ -121,7 +195,7 @@ def main(argv=None) -> int:
     ap.add_argument("--settings", nargs="*", help="setting names (default: every RESULTS/*/calibration.json)")
     ap.add_argument("--results", type=Path, default=REPO_ROOT / "results", help="results root of make reproduce")
     ap.add_argument("--seed", type=int, default=0, help="vote order of the simulated settings")
-    ap.add_argument("--error-rate", type=float, default=0.05, help="per-round error rate of the predictive test")
+    ap.add_argument("--error-rate", type=float, default=0.05, help="error rate of the SPRT and the predictive test")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
     names = args.settings or sorted(p.parent.name for p in args.results.glob("*/calibration.json"))
@@ -131,15 +205,9 @@ def main(argv=None) -> int:
     for name in names:
         rows += bench_setting(name, args.seed, args.error_rate, args.results)
     print(render(rows, args.error_rate, args.markdown))
-    by_policy = {}
-    for r in rows:
-        by_policy.setdefault(r["policy"], []).append(r)
     print()
-    for policy, rs in by_policy.items():
-        fixed, exact, pred = (sum(r[k] * r["N"] for r in rs) for k in ("fixed", "exact", "pred"))
-        print(f"{policy}: exact saves {100 * (1 - exact / fixed):.1f}% of verifier calls, predictive "
-              f"{100 * (1 - pred / fixed):.1f}% (pooled over {len(rs)} settings); exact changed "
-              f"{sum(r['changed_exact'] for r in rs)} decisions")
+    for line in summary(rows):
+        print(line)
     return 0
 
 

@@ -256,3 +256,130 @@ def test_round_one_belief_path_matches_filter_beliefs():
         assert d.belief == b[0, k] and d.gain == gain(b[0, k], p["alpha"], p["beta"])
         if d.committed:
             break
+
+
+# ------------------------------------------------------------------ input checks, policy default, budget, cost
+def _stop(**extra):
+    return OnlineController.from_parameters(M=4, k_max=3, rho0=0.3, rho1=0.2, alpha=0.4, beta=0.25, pi=0.5,
+                                            **dict({"policy": "vrr_stop"}, **extra))
+
+
+def test_refused_vote_lists_leave_the_state_unchanged():
+    ctl = _stop()
+    ctl.add_vote(1)
+    before = ctl.to_json()
+    for bad in ([1, 2], [1, 1, 1, 1], "1100", [0.5], [None]):
+        with pytest.raises(ValueError, match="round 0: field 'vote"):
+            ctl.observe(bad)
+        assert ctl.to_json() == before
+    with pytest.raises(ValueError, match="field 'tokens'"):
+        ctl.observe([1, 0], tokens=[3])
+    assert ctl.to_json() == before
+
+
+@pytest.mark.parametrize("bad", [-1, 3.7, True, "2", 5])
+def test_observe_count_refuses_what_is_not_a_count(bad):
+    ctl = _stop()
+    with pytest.raises(ValueError, match="field 'accepts'"):
+        ctl.observe_count(bad)
+    assert ctl.to_json() == _stop().to_json()
+
+
+@pytest.mark.parametrize("option, field", [
+    (dict(tau=float("nan")), "tau"), (dict(tau="0"), "tau"), (dict(grid=0), "grid"), (dict(grid=1), "grid"),
+    (dict(j_min="0.1"), "j_min"), (dict(j_min=float("inf")), "j_min"), (dict(error_rate="0.1"), "error_rate"),
+    (dict(error_rate=0.0), "error_rate"), (dict(delta=1.5), "delta"), (dict(M=True), "M"), (dict(k_max=-1), "k_max"),
+    (dict(budget_calls=0), "budget_calls"), (dict(repair_cost=-1.0), "repair_cost"), (dict(j_hat="x"), "j_hat"),
+    (dict(stop_mode="yes"), "stop_mode"), (dict(rho0=float("nan")), "rho0"), (dict(value=0), "value"),
+])
+def test_bad_parameters_name_the_field(option, field):
+    params = dict(M=4, k_max=3, rho0=0.3, rho1=0.2, alpha=0.4, beta=0.25, pi=0.5, policy="vrr_stop")
+    params.update(option)
+    with pytest.raises(ValueError, match=f"field '{field}'"):
+        OnlineController.from_parameters(**params)
+
+
+def test_after_a_commit_every_call_says_call_start():
+    ctl = _stop()
+    assert ctl.observe([1, 1, 1, 1]).committed
+    for call in (lambda: ctl.add_vote(1), lambda: ctl.observe([1]), lambda: ctl.observe([1] * 9),
+                 lambda: ctl.observe_count(2), ctl.decide):
+        with pytest.raises(RuntimeError, match=r"committed; call start\(\)"):
+            call()
+    assert not ctl.need_vote() and ctl.start().observe([0, 0, 0, 0]).action == "repair"
+
+
+def test_policy_left_out_is_vrr_stop_from_point_estimates_and_algorithm1_with_its_inputs():
+    box = {name: (0.1, 0.6) for name in PARAM_NAMES}
+    point = dict(M=4, k_max=3, rho0=0.3, rho1=0.2, alpha=0.4, beta=0.25, pi=0.5)
+    assert OnlineController.from_parameters(**point).policy == "vrr_stop"
+    assert OnlineController.from_parameters(intervals=box, j_hat=0.3, **point).policy == "algorithm1"
+    assert OnlineController.from_parameters(intervals=box, stop_mode=False, **point).policy == "algorithm1"
+    with pytest.raises(ValueError, match="policy='algorithm1' needs j_hat"):
+        OnlineController.from_parameters(intervals=box, **point)
+
+
+def test_budget_returns_the_keep_best_incumbent_not_the_last_plan():
+    """VRR-Stop repairs a weak plan; the budget runs out during the next round: the incumbent (round 0,
+    the only plan with a full round) is returned, not the repaired plan."""
+    ctl = _stop(budget_calls=6)
+    d = ctl.observe([1, 1, 0, 0])
+    assert d.action == "repair"
+    ctl.add_vote(0)
+    ctl.add_vote(0)
+    assert not ctl.need_vote() and ctl.budget_left()["calls"] == 0
+    with pytest.raises(ValueError, match="budget is spent"):
+        ctl.add_vote(1)
+    d = ctl.decide()
+    assert d.committed and d.candidate == 0 and d.round == 1 and "budget spent" in d.reason
+    # keep-best (Eq. 9) picks the later plan when it beats the incumbent by delta
+    ctl = _stop(budget_calls=8, delta=2)
+    assert ctl.observe([0, 0, 0, 0]).action == "repair"
+    d = ctl.observe([1, 1, 0, 0])
+    assert d.committed and d.candidate == 1 and "budget spent after round 1" in d.reason
+    # without a budget the same votes repair on
+    free = _stop(delta=2)
+    assert free.observe([0, 0, 0, 0]).action == free.observe([1, 1, 0, 0]).action == "repair"
+
+
+def test_token_budget_needs_token_counts_and_stops_at_the_budget():
+    ctl = _stop(budget_tokens=50)
+    with pytest.raises(ValueError, match="field 'tokens'"):
+        ctl.add_vote(1)
+    ctl.observe([1, 0, 0, 0], tokens=[10, 10, 10, 10])
+    with pytest.raises(ValueError, match="token budget"):
+        ctl.observe([0, 0], tokens=[10, 10])
+    ctl.add_vote(0, tokens=10)
+    d = ctl.decide()
+    assert d.committed and d.candidate == 0 and d.tokens == 50 and d.verifier_calls == 5
+
+
+def test_repair_cost_sets_tau_and_the_cost_aware_boundary():
+    from vrr.policies.online import tau_for_cost
+
+    ctl = _stop(repair_cost=0.5, value=5.0)
+    assert ctl.tau == tau_for_cost(0.5, 5.0) == 0.1
+    assert ctl.threshold() == pytest.approx((0.4 - 0.1) / (0.4 + 0.25))
+    assert _stop().threshold() == pytest.approx(0.4 / 0.65)
+    # a belief between b*_tau and b* repairs at tau = 0 and commits at the cost-aware tau
+    b = 0.55
+    assert ctl.threshold() < b < _stop().threshold()
+    with pytest.raises(ValueError, match="field 'tau'"):
+        _stop(repair_cost=0.5, tau=0.2)
+    assert OnlineController.from_json(ctl.to_json()).tau == 0.1
+
+
+def test_algorithm1_stop_mode_commit_round_ends_early():
+    """A commit leaves no state, so a Stop-mode commit round is decided once every completion commits, even
+    though the completions would leave different Guard incumbents."""
+    box = {name: (lo, lo + 0.02) for name, lo in zip(PARAM_NAMES, (0.1, 0.1, 0.3, 0.05, 0.5))}
+    ctl = OnlineController.from_parameters(M=8, k_max=3, rho0=0.11, rho1=0.11, alpha=0.31, beta=0.06, pi=0.51,
+                                           intervals=box, j_hat=0.7, sequential="exact", grid=2)
+    fixed = OnlineController.from_parameters(**dict(ctl.config, sequential="off"))
+    n = 0
+    while ctl.need_vote():
+        ctl.add_vote(1)
+        n += 1
+    d = ctl.decide()
+    assert n < 8 and d.committed and d.mode == "stop"
+    assert fixed.observe([1] * 8).candidate == d.candidate == 0

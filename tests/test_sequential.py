@@ -90,3 +90,92 @@ def test_predictive_test_keeps_its_error_rate_on_the_first_round():
     n = sim.S.shape[0]
     assert differ / n <= eps + 3 * np.sqrt(eps * (1 - eps) / n)
     assert calls < 8 * n * 0.8          # and it does stop early
+
+
+# ------------------------------------------------------------------ VRR-Stop: future-aware exact curtailment
+rates = st.floats(0.02, 0.98)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 10), st.integers(1, 5), st.fixed_dictionaries({n: rates for n in ("rho0", "rho1", "pi")}),
+       st.lists(st.tuples(rates, rates), min_size=5, max_size=5), st.booleans(),
+       st.sampled_from([0.0, 0.04, -0.03]), st.integers(0, 10**6))
+def test_vrr_stop_future_aware_curtailment_changes_no_decision(M, k_max, params, ab, per_round, tau, seed):
+    """On trajectories simulated from the controller's own model (and vote orders drawn at random), exact mode
+    commits the same round with the same repairs as fixed M, with stationary and round-dependent rates."""
+    alpha = [a for a, _ in ab][:k_max] if per_round else ab[0][0]
+    beta = [b for _, b in ab][:k_max] if per_round else ab[0][1]
+    truth = NoiseParams(alpha=ab[0][0], beta=ab[0][1], **params)
+    S = simulate_setting(truth, n=25, k_max=k_max, M=M, seed=seed % 1000).S
+    common = dict(M=M, k_max=k_max, policy="vrr_stop", tau=tau, alpha=alpha, beta=beta, **params)
+    fixed = run_controller(OnlineController.from_parameters(**common), S)
+    exact = run_controller(OnlineController.from_parameters(sequential="exact", **common), S,
+                           votes=vote_orders(S, M, seed))
+    assert exact.outcome.committed.tolist() == fixed.outcome.committed.tolist()
+    assert exact.outcome.rounds_used.tolist() == fixed.outcome.rounds_used.tolist()
+    assert np.all(exact.verifier_calls <= fixed.verifier_calls)
+
+
+def test_vrr_stop_repair_rounds_end_early_and_keep_every_decision():
+    """Repair rounds (not only commit rounds) stop asking: on simulated Qwen-3B PM-stress-like trajectories the
+    exact controller saves calls in rounds that repair, and commits exactly where fixed M commits."""
+    truth = NoiseParams(rho0=0.364, rho1=0.177, alpha=0.32, beta=0.086, pi=0.3)
+    sim = simulate_setting(truth, n=300, k_max=5, M=8, seed=11)
+    common = dict(M=8, k_max=5, policy="vrr_stop", **truth.as_dict())
+    fixed = run_controller(OnlineController.from_parameters(**common), sim.S)
+    exact = run_controller(OnlineController.from_parameters(sequential="exact", **common), sim.S,
+                           votes=vote_orders(sim.S, 8, 11))
+    assert exact.outcome.committed.tolist() == fixed.outcome.committed.tolist()
+    repair_rounds = np.arange(6)[None, :] < fixed.outcome.committed[:, None]
+    assert repair_rounds.sum() > 100
+    assert (exact.votes_per_round[repair_rounds] < 8).mean() > 0.3     # most repair rounds end early
+    assert exact.verifier_calls.sum() < 0.8 * fixed.verifier_calls.sum()
+
+
+def test_extreme_parameters_fall_back_to_the_count_rule():
+    """Parameters too close to 0/1 for the breakpoint analysis: repair rounds then need every vote."""
+    ctl = OnlineController.from_parameters(M=4, k_max=3, rho0=1e-6, rho1=0.2, alpha=0.4, beta=0.3, pi=0.2,
+                                           policy="vrr_stop", sequential="exact")
+    ctl.add_vote(0)
+    ctl.add_vote(0)
+    assert ctl.need_vote()
+
+
+# ------------------------------------------------------------------ SPRT
+def test_sprt_keeps_its_error_rate_under_the_model():
+    """Under the model it is derived from, an early SPRT stop commits an invalid plan, or repairs a valid one,
+    in at most error_rate of the rounds of that class (Ville's inequality; +3 binomial standard errors)."""
+    truth = NoiseParams(rho0=0.3, rho1=0.2, alpha=0.35, beta=0.15, pi=0.5)
+    eps, M, n = 0.05, 12, 3000
+    sim = simulate_setting(truth, n=n, k_max=1, M=M, seed=3)
+    votes = vote_orders(sim.S, M, seed=3)
+    ctl = OnlineController.from_parameters(M=M, k_max=1, policy="vrr_stop", sequential="sprt", error_rate=eps,
+                                           **truth.as_dict())
+    wrong = {0: 0, 1: 0}
+    early = 0
+    for i in range(n):
+        ctl.start()
+        j = 0
+        while ctl.need_vote():
+            ctl.add_vote(int(votes[i, 0, j]))
+            j += 1
+        d = ctl.decide()
+        if d.votes < M and "SPRT" in d.reason:
+            early += 1
+            y = int(sim.y[i, 0])
+            wrong[y] += (d.action == "commit") if y == 0 else (d.action == "repair")
+    for y in (0, 1):
+        size = int((sim.y[:, 0] == y).sum())
+        assert wrong[y] / size <= eps + 3 * np.sqrt(eps * (1 - eps) / size), y
+    assert early > 0.3 * n                    # and it does stop early
+
+
+def test_sprt_on_committed_windows_reports_changes(chain_results):
+    """The bench's rows: exact changes nothing; SPRT's changed decisions and validity change are reported."""
+    rows = bench.bench_setting("gsm8k_cpu_pmstress", results=chain_results)
+    stop = next(r for r in rows if r["policy"] == "VRR-Stop")
+    assert stop["changed_exact"] == 0 and stop["calls_exact"] < stop["calls_off"]
+    assert stop["calls_sprt"] <= stop["calls_exact"] and 0 <= stop["changed_sprt"] <= stop["N"]
+    assert stop["gen_off"] > stop["gen_exact"] > 0 and stop["prompt_off"] > stop["prompt_exact"] > 0
+    text = bench.render(rows, 0.05, markdown=True)
+    assert text.startswith("| setting | policy | fixed | exact |") and "prompt tokens" in text

@@ -1,10 +1,12 @@
-"""Running the online controller over frozen trajectories, one vote at a time (issue 12, sequential voting).
+"""Running the online controller over frozen trajectories, one vote at a time (sequential voting).
 
 The controller (:mod:`vrr.policies.online`) asks for one judge vote at a time and stops asking once the
 round is decided: exactly (``sequential="exact"``: curtailment, no completion of the remaining votes
-changes the action, the candidate or the state the round leaves, so every decision equals the fixed-M
-one) or by its predictive test (``sequential="predictive"``, error rate ``error_rate`` per round under
-the calibrated model). This module replays it over frozen arrays so the saving can be measured:
+changes the action, the candidate or the state the round leaves, and under VRR-Stop none changes a
+decision on any future vote path, so every decision equals the fixed-M one), by Wald's SPRT on the votes'
+likelihood ratio (``sequential="sprt"``, anytime-valid at ``error_rate``) or by its predictive test
+(``sequential="predictive"``, error rate ``error_rate`` per round under the calibrated model). This module
+replays it over frozen arrays so the saving can be measured:
 
 * :func:`vote_orders` the order in which a round's votes arrive: the stored order where the loop kept
   it (``data/real/*/trajectories``), else a seeded random permutation of the S_k accepts among M votes;
@@ -43,6 +45,7 @@ class ControllerRun:
     outcome: PolicyOutcome        # committed round and repairs run (comparable with the offline policies)
     verifier_calls: np.ndarray    # votes the controller asked for, per instance
     repair_calls: np.ndarray
+    votes_per_round: np.ndarray   # [N, K+1] votes asked in each round (0 after the commit)
 
 
 def run_controller(controllers, S, votes=None, folds=None) -> ControllerRun:
@@ -64,6 +67,7 @@ def run_controller(controllers, S, votes=None, folds=None) -> ControllerRun:
     used = np.empty(n, dtype=np.int64)
     calls = np.empty(n, dtype=np.int64)
     repairs = np.empty(n, dtype=np.int64)
+    per_round = np.zeros((n, rounds), dtype=np.int64)
     for i in range(n):
         ctl = controllers[int(folds[i])].start()
         if ctl.k_max != rounds - 1:
@@ -78,11 +82,12 @@ def run_controller(controllers, S, votes=None, folds=None) -> ControllerRun:
                     ctl.add_vote(int(stream[j]))
                     j += 1
                 d = ctl.decide()
+            per_round[i, k] = d.votes
             if d.committed:
                 break
         committed[i], used[i] = d.candidate, d.repair_calls
         calls[i], repairs[i] = d.verifier_calls, d.repair_calls
-    return ControllerRun(PolicyOutcome(committed, used), calls, repairs)
+    return ControllerRun(PolicyOutcome(committed, used), calls, repairs, per_round)
 
 
 def fold_controllers(setting, calibration, config, policy: str, alg_inputs: dict | None = None,
