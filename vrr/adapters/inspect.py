@@ -267,8 +267,8 @@ def vrr_probe(M: int, judge_model: str | Model | None = None, judge_template: st
 
 
 @scorer(metrics={"first": [mean()], "repaired": [mean()]})
-def plan_labels(inner: Scorer) -> Scorer:
-    """Label both answers of a :func:`vrr_probe` sample with the task's own scorer (``inner``).
+def plan_labels(scorer: Scorer) -> Scorer:
+    """Label both answers of a :func:`vrr_probe` sample with the task's own scorer.
 
     The value is ``{"first": v0, "repaired": v1}``, each the inner score as a float (``value_to_float``:
     C -> 1, I -> 0); an answer the inner scorer leaves unscored gives NaN, and that sample does not enter
@@ -287,7 +287,7 @@ def plan_labels(inner: Scorer) -> Scorer:
             view.output = ModelOutput.from_content(model=state.output.model or "", content=answer)
             if full is not None:
                 view.messages = full[:n_messages]
-            inner_score = await inner(view, target)
+            inner_score = await scorer(view, target)
             values[key] = float("nan") if inner_score is None else to_float(inner_score.value)
             explanations.append(f"{key}: {None if inner_score is None else inner_score.value}")
         return Score(value=values, answer=probe["answers"][0], explanation="; ".join(explanations))
@@ -349,7 +349,9 @@ def _plan_label_value(sample: EvalSample, scorer_name: str | None) -> dict | Non
     return found.value if isinstance(found.value, dict) else None
 
 
-def calibrate_from_log(log: EvalLog | str | Path, **kwargs) -> OnlineController:
+def calibrate_from_log(log: EvalLog | str | Path, *, scorer: str | None = None, k_max: int = 5,
+                       policy: str = "algorithm1", j_min: float = 0.10, label_threshold: float = 1.0,
+                       **options) -> OnlineController:
     """:func:`calibrate_from_samples` on an eval log (an ``EvalLog`` or its file)."""
     if not isinstance(log, EvalLog):
         log = read_eval_log(str(log))
@@ -357,7 +359,8 @@ def calibrate_from_log(log: EvalLog | str | Path, **kwargs) -> OnlineController:
         raise ValueError(f"eval log {log.location or log.eval.task}: status {log.status!r}, not 'success'")
     if not log.samples:
         raise ValueError(f"eval log {log.location or log.eval.task}: no samples (read it with samples)")
-    return calibrate_from_samples(log.samples, **kwargs)
+    return calibrate_from_samples(log.samples, scorer=scorer, k_max=k_max, policy=policy, j_min=j_min,
+                                  label_threshold=label_threshold, **options)
 
 
 # ---------------------------------------------------------------------- grader panels
