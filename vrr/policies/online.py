@@ -339,8 +339,8 @@ class OnlineController:
         """
         from .online_calibration import calibrate_labeled
 
-        return calibrate_labeled(cls, votes=votes, labels=labels, repairs=repairs, M=M, k_max=k_max,
-                                 policy=policy, j_min=j_min, **options)
+        return cls._calibrated(*calibrate_labeled(votes=votes, labels=labels, repairs=repairs, M=M, k_max=k_max,
+                                                  policy=policy, j_min=j_min, **options))
 
     @classmethod
     def from_unlabeled(cls, *, counts, repairs, M: int, k_max: int = 5, policy: str = "vrr_stop",
@@ -351,8 +351,14 @@ class OnlineController:
         labeled diagnostic (or :meth:`from_labeled`). Options as in :meth:`from_labeled`."""
         from .online_calibration import calibrate_unlabeled
 
-        return calibrate_unlabeled(cls, counts=counts, repairs=repairs, M=M, k_max=k_max, policy=policy,
-                                   **options)
+        return cls._calibrated(*calibrate_unlabeled(counts=counts, repairs=repairs, M=M, k_max=k_max,
+                                                    policy=policy, **options))
+
+    @classmethod
+    def _calibrated(cls, kwargs: dict, report) -> "OnlineController":
+        ctl = cls(**kwargs)
+        ctl.calibration_report = report
+        return ctl
 
     @classmethod
     def from_calibration(cls, path: str | os.PathLike, fold: int | None = None, *, arrays=None,
@@ -380,7 +386,8 @@ class OnlineController:
             if fold is not None or arrays is not None:
                 raise ValueError(f"{path}: 'fold' and 'arrays' apply to 03_calibrate's calibration.json, "
                                  "not to a saved online calibration")
-            return load_online_calibration(cls, path, policy=policy, round_dynamics=round_dynamics, **options)
+            return cls._calibrated(*load_online_calibration(path, policy=policy, round_dynamics=round_dynamics,
+                                                            **options))
         if round_dynamics:
             raise ValueError(f"{path}: round_dynamics=True needs a calibration saved by save_calibration with "
                              "per-round repair pairs; replay's VRR-Stop-t is vrr.calibration.crossfit_round_rates")

@@ -261,8 +261,9 @@ def _fit(data: dict, *, M: int, k_max: int, policy: str, j_min: float, eta: floa
         intervals=box, rules=rules, round_rates=rounds, data=json.loads(json.dumps(data)))
 
 
-def _controller(cls, report: CalibrationReport, policy: str | None, round_dynamics: bool, source: str,
-                **options):
+def _controller(report: CalibrationReport, policy: str | None, round_dynamics: bool, source: str,
+                **options) -> tuple[dict, CalibrationReport]:
+    """The controller's keyword arguments for ``report`` (and ``options``), with the report."""
     policy = policy or report.policy
     alpha, beta = report.alpha, report.beta
     if round_dynamics:
@@ -279,9 +280,7 @@ def _controller(cls, report: CalibrationReport, policy: str | None, round_dynami
         if report.j_hat is not None:
             kwargs["j_hat"] = report.j_hat
     kwargs.update(options)
-    ctl = cls(**kwargs)
-    ctl.calibration_report = report
-    return ctl
+    return kwargs, report
 
 
 def _settings(options: dict, source: str) -> tuple[float, int]:
@@ -299,9 +298,9 @@ def _check_k_max(k_max, source: str) -> int:
     return int(k_max)
 
 
-def calibrate_labeled(cls, *, votes, labels, repairs, M=None, k_max: int = 5, policy: str = "algorithm1",
-                      j_min: float = 0.10, **options):
-    """``OnlineController.from_labeled`` (see there)."""
+def calibrate_labeled(*, votes, labels, repairs, M=None, k_max: int = 5, policy: str = "algorithm1",
+                      j_min: float = 0.10, **options) -> tuple[dict, CalibrationReport]:
+    """``OnlineController.from_labeled`` (see there): the controller's keyword arguments and the report."""
     source = "from_labeled"
     k_max = _check_k_max(k_max, source)
     eta, seed = _settings(options, source)
@@ -313,11 +312,12 @@ def calibrate_labeled(cls, *, votes, labels, repairs, M=None, k_max: int = 5, po
             "repairs": _repair_counts(repairs, k_max, source)}
     report = _fit(data, M=M, k_max=k_max, policy=policy or "algorithm1", j_min=float(j_min), eta=eta, seed=seed,
                   source=source)
-    return _controller(cls, report, policy, False, options.pop("source", "from_labeled"), **options)
+    return _controller(report, policy, False, options.pop("source", "from_labeled"), **options)
 
 
-def calibrate_unlabeled(cls, *, counts, repairs, M: int, k_max: int = 5, policy: str = "vrr_stop", **options):
-    """``OnlineController.from_unlabeled`` (see there)."""
+def calibrate_unlabeled(*, counts, repairs, M: int, k_max: int = 5, policy: str = "vrr_stop",
+                        **options) -> tuple[dict, CalibrationReport]:
+    """``OnlineController.from_unlabeled`` (see there): the controller's keyword arguments and the report."""
     source = "from_unlabeled"
     k_max = _check_k_max(k_max, source)
     eta, seed = _settings(options, source)
@@ -326,7 +326,7 @@ def calibrate_unlabeled(cls, *, counts, repairs, M: int, k_max: int = 5, policy:
     data = {"accept_histogram": np.bincount(S, minlength=M + 1).tolist(),
             "repairs": _repair_counts(repairs, k_max, source)}
     report = _fit(data, M=M, k_max=k_max, policy=policy, j_min=float(j_min), eta=eta, seed=seed, source=source)
-    return _controller(cls, report, policy, False, options.pop("source", "from_unlabeled"), **options)
+    return _controller(report, policy, False, options.pop("source", "from_unlabeled"), **options)
 
 
 # ---------------------------------------------------------------- the file
@@ -450,32 +450,32 @@ def _compare(fitted, stored, source: str, where: str, skip=frozenset()) -> None:
     raise ValueError(f"{source}: field '{where}': the stored data give {fitted!r}, the file says {stored!r}")
 
 
-def load_online_calibration(cls, path, policy: str | None = None, round_dynamics: bool = False, **options):
-    """The controller of a saved calibration (``OnlineController.from_calibration``)."""
+def load_online_calibration(path, policy: str | None = None, round_dynamics: bool = False,
+                            **options) -> tuple[dict, CalibrationReport]:
+    """A saved calibration's controller arguments and report (``OnlineController.from_calibration``)."""
     report = read_online_calibration(path)
-    return _controller(cls, report, policy, round_dynamics, options.pop("source", str(path)), **options)
+    return _controller(report, policy, round_dynamics, options.pop("source", str(path)), **options)
 
 
 # ---------------------------------------------------------------- the shipped example
-def small_example(cls=None):
-    """The controller behind ``examples/calibration_small.json``: :meth:`from_labeled` on trajectories of
-    vrr's simulator (``EXAMPLE``: rho0 0.2, rho1 0.15, alpha 0.3, beta 0.1, pi 0.4; 150 problems, K_max 5,
-    M 8, seed 7): the first plans' votes and labels, and every round's repair pair with its round."""
+def example_labeled_set() -> dict:
+    """The labeled set behind ``examples/calibration_small.json``, ``from_labeled``'s arguments: trajectories
+    of vrr's simulator (``EXAMPLE``: rho0 0.2, rho1 0.15, alpha 0.3, beta 0.1, pi 0.4; 150 problems, K_max 5,
+    M 8, seed 7), the first plans' votes and labels and every round's repair pair with its round."""
     from ..data.simulate import simulate_setting
-    from .online import OnlineController
 
-    cls = cls or OnlineController
     e = EXAMPLE
     sim = simulate_setting(NoiseParams(**e["params"]), n=e["n"], k_max=e["k_max"], M=e["M"], seed=e["seed"])
     y = sim.y.astype(int)
     repairs = [(int(y[i, t]), int(y[i, t + 1]), t) for i in range(y.shape[0]) for t in range(e["k_max"])]
-    return cls.from_labeled(votes=sim.S[:, 0].tolist(), labels=y[:, 0].tolist(), repairs=repairs, M=e["M"],
-                            k_max=e["k_max"])
+    return {"votes": sim.S[:, 0].tolist(), "labels": y[:, 0].tolist(), "repairs": repairs, "M": e["M"],
+            "k_max": e["k_max"]}
 
 
 def write_small_example(path: str | os.PathLike) -> Path:
     """Write ``examples/calibration_small.json`` (deterministic: same machine, same bytes)."""
-    return small_example().save_calibration(path)
+    _, report = calibrate_labeled(**example_labeled_set())
+    return save_online_calibration(report, path)
 
 
 if __name__ == "__main__":
