@@ -43,7 +43,7 @@ def fresh_controller(controller: OnlineController, one_vote: bool = False) -> On
     return OnlineController.from_dict(data, source=controller.config["source"]).start()
 
 
-def deterministic_judge_note(reason: str, controller: OnlineController | None) -> str:
+def deterministic_judge_note(reason: str, controller: OnlineController | None, stacklevel: int = 3) -> str:
     """Warn that a deterministic judge counts as one vote per round, and say what that changes.
 
     Eq. 5 treats the M votes of a round as independent given the plan's validity. A judge that repeats its
@@ -56,7 +56,7 @@ def deterministic_judge_note(reason: str, controller: OnlineController | None) -
         if controller.policy != "vrr_stop" and controller.config["delta"] > 1:
             note += (f"; Guard's retention margin delta = {controller.config['delta']} exceeds one vote, so a "
                      "later plan never replaces the incumbent (Eq. 9)")
-    warnings.warn(note, DeterministicJudgeWarning, stacklevel=3)
+    warnings.warn(note, DeterministicJudgeWarning, stacklevel=stacklevel)   # at the user's line
     return note
 
 

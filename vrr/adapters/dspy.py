@@ -198,7 +198,7 @@ class VRRRefine(dspy.Module):
             reason = "declared deterministic_judge=True"
         self.deterministic_judge = reason is not None
         self._deterministic_reason = reason
-        self.judge_note = deterministic_judge_note(reason, controller) if reason else None
+        self.judge_note = deterministic_judge_note(reason, controller, stacklevel=4) if reason else None
 
     @property
     def fail_count(self) -> int:

@@ -163,7 +163,7 @@ def vrr_refine(controller: OnlineController, judge_model: str | Model | None = N
     fresh_controller(controller)  # a wrong controller is an error when the task is built, not mid-eval
     judge_templ, repair_templ, config, reason = _judge_setup(judge_model, judge_template, repair_template,
                                                              judge_temperature, deterministic_judge)
-    note = deterministic_judge_note(reason, controller) if reason else None
+    note = deterministic_judge_note(reason, controller, stacklevel=4) if reason else None
     check_vote_batch(vote_batch)  # a bad vote_batch is an error when the task is built
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
@@ -245,7 +245,7 @@ def vrr_probe(M: int, judge_model: str | Model | None = None, judge_template: st
         raise ValueError(f"vrr_probe: M must be an integer >= 1, got {M!r}")
     judge_templ, repair_templ, config, reason = _judge_setup(judge_model, judge_template, repair_template,
                                                              judge_temperature, deterministic_judge)
-    note = deterministic_judge_note(reason, None) if reason else None
+    note = deterministic_judge_note(reason, None, stacklevel=4) if reason else None
     votes_needed = 1 if note else M
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
