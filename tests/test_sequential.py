@@ -66,6 +66,16 @@ def test_stored_votes_are_checked_against_the_counts(chain_results):
         bench.stored_votes(REPO_ROOT / "data" / "real" / "gsm8k_cpu_pmstress" / "arrays.npz", setting.S + 1, setting.M)
 
 
+def _first_round(ctl, stream):
+    """A new problem's round-0 decision, its votes asked one at a time from ``stream``."""
+    ctl.start()
+    for vote in stream:
+        if not ctl.need_vote():
+            break
+        ctl.add_vote(int(vote))
+    return ctl.decide()
+
+
 def test_predictive_test_keeps_its_error_rate_on_the_first_round():
     """Under the model it was derived from (true parameters), the round-0 action of the predictive test
     differs from the fixed-M action in at most error_rate of the problems (+3 binomial standard errors)."""
@@ -79,12 +89,7 @@ def test_predictive_test_keeps_its_error_rate_on_the_first_round():
     differ, calls = 0, 0
     for i in range(sim.S.shape[0]):
         a = fixed.start().observe_count(sim.S[i, 0]).action
-        pred.start()
-        j = 0
-        while pred.need_vote():
-            pred.add_vote(int(votes[i, 0, j]))
-            j += 1
-        d = pred.decide()
+        d = _first_round(pred, votes[i, 0])
         differ += d.action != a
         calls += d.votes
     n = sim.S.shape[0]
@@ -154,12 +159,7 @@ def test_sprt_keeps_its_error_rate_under_the_model():
     wrong = {0: 0, 1: 0}
     early = 0
     for i in range(n):
-        ctl.start()
-        j = 0
-        while ctl.need_vote():
-            ctl.add_vote(int(votes[i, 0, j]))
-            j += 1
-        d = ctl.decide()
+        d = _first_round(ctl, votes[i, 0])
         if d.votes < M and "SPRT" in d.reason:
             early += 1
             y = int(sim.y[i, 0])
