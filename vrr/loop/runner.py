@@ -29,11 +29,10 @@ import numpy as np
 from ..core.model import class_accept_rates
 from . import store
 from .config import RunConfig
+from .engine.roles import ROLES, usage_record
 from .redact import redact_record
 from .tasks import Problem, Task, get_task
 from .verifiers import JUDGE_MAX_TOKENS, executes_code, make_verifier
-
-ROLES = ("generator", "judge", "repairer")
 
 
 class ChatEngine(Protocol):
@@ -45,17 +44,14 @@ def role_models(cfg: RunConfig) -> dict[str, str]:
     return {"generator": cfg.model, "judge": cfg.judge_model, "repairer": cfg.repairer_model}
 
 
-def make_engines(cfg: RunConfig, task: Task, **engine_kwargs) -> dict[str, ChatEngine]:
-    """One engine per distinct model of the three roles (one shared engine when they coincide)."""
-    from .engine import make_engine
+def make_engines(cfg: RunConfig, task: Task, options: dict | None = None, **engine_kwargs) -> dict[str, ChatEngine]:
+    """One engine per distinct model (and server) of the three roles, each role's usage counted
+    (:func:`vrr.loop.engine.roles.make_role_engines`; ``options``: the setting's ``engine`` block)."""
+    from .engine.roles import make_role_engines
 
-    by_model: dict[str, ChatEngine] = {}
-    reward_models = {cfg.judge_model} if cfg.verifier == "prm" else set()
-    for model in dict.fromkeys(role_models(cfg).values()):
-        extra = {"reward_model": True} if model in reward_models and cfg.backend != "fake" else {}
-        by_model[model] = make_engine(model, backend=cfg.backend, seed=cfg.seed, max_model_len=cfg.max_model_len,
-                                      task=task, **extra, **engine_kwargs)
-    return {role: by_model[m] for role, m in role_models(cfg).items()}
+    return make_role_engines(role_models(cfg), cfg.backend, task, seed=cfg.seed, max_model_len=cfg.max_model_len,
+                             reward_roles=("judge",) if cfg.verifier == "prm" else (), options=options,
+                             **engine_kwargs)
 
 
 def _as_roles(engine) -> dict[str, ChatEngine]:
@@ -233,12 +229,15 @@ def _progress(total: int, initial: int, desc: str):
 
 def generate(cfg: RunConfig, engine=None, out_root: Path | str = store.DEFAULT_OUT_ROOT,
              limit: int | None = None, phases: Sequence[str] = ("probe", "traj"),
-             progress: bool = True, task: Task | None = None) -> store.RunPaths:
+             progress: bool = True, task: Task | None = None, shard: store.Shard | None = None,
+             engine_options: dict | None = None) -> store.RunPaths:
     """Run (or resume) a setting into ``out_root/<setting>/``.
 
     ``engine``: one engine for every role, a ``{role: engine}`` mapping, or None to build the
     engines of the config (one per distinct model). ``limit`` caps the number of NEW instances
-    this call (for timed sessions); ``phases`` selects probe and/or trajectories.
+    this call (for timed sessions); ``phases`` selects probe and/or trajectories. ``shard`` runs only
+    that shard's share of the windows into its own files (:class:`vrr.loop.store.Shard`);
+    ``engine_options`` is the setting's ``engine`` block for the engines built here.
 
     The run's lock (``generate.lock``) is held for the whole session: a second generator on the
     same run stops at once with a :class:`vrr.loop.store.RunLockedError` naming the holder. Before
@@ -247,25 +246,26 @@ def generate(cfg: RunConfig, engine=None, out_root: Path | str = store.DEFAULT_O
     aside, conflicting duplicates refused).
     """
     task = task or get_task(cfg.dataset)
-    paths = store.RunPaths(Path(out_root), cfg.setting)
-    with store.run_lock(paths.generate_lock):
-        _generate_locked(cfg, paths, task, engine, limit, phases, progress)
+    paths = store.RunPaths(Path(out_root), cfg.setting, shard=shard)
+    with store.generation_lock(paths):
+        _generate_locked(cfg, paths, task, engine, limit, phases, progress, engine_options)
     return paths
 
 
 def _generate_locked(cfg: RunConfig, paths: store.RunPaths, task: Task, engine, limit: int | None,
-                     phases: Sequence[str], progress: bool) -> None:
-    traj_window = store.trajectory_window(cfg, task.dataset)
-    probe_window = store.probe_window(cfg, task.dataset)
+                     phases: Sequence[str], progress: bool, engine_options: dict | None = None) -> None:
+    traj_window = store.trajectory_window(cfg, task.dataset, shard=paths.shard)
+    probe_window = store.probe_window(cfg, task.dataset, shard=paths.shard)
     problems = task.load(cfg.split)
     store.check_window_fits(traj_window, len(problems))
-    traj_problems = problems[cfg.start:cfg.start + cfg.n]
+    traj_problems = [p for p in problems[cfg.start:cfg.start + cfg.n] if traj_window.owns(p.index)]
     probe_problems: list[Problem] = []
     if probe_window.n > 0:
         probe_all = task.load(cfg.probe_split)
         store.check_window_fits(probe_window, len(probe_all))
         if "probe" in phases:
-            probe_problems = probe_all[cfg.probe_start:cfg.probe_start + cfg.probe_n]
+            probe_problems = [p for p in probe_all[cfg.probe_start:cfg.probe_start + cfg.probe_n]
+                              if probe_window.owns(p.index)]
     store.check_config(paths, cfg)
     store.read_run_meta(paths)  # a corrupt run_meta.json stops the run here, before a batch is appended
     # this process holds the lock, so the part files may be repaired (bad lines set aside)
@@ -283,7 +283,7 @@ def _generate_locked(cfg: RunConfig, paths: store.RunPaths, task: Task, engine, 
         from .sandbox import isolation_environment
         from .testcheck import VOTE_RULE
         session["vote_execution"] = {**VOTE_RULE.record(), "environment": isolation_environment()}
-    engines = _as_roles(engine) if engine is not None else make_engines(cfg, task)
+    engines = _as_roles(engine) if engine is not None else make_engines(cfg, task, options=engine_options)
     if engine is None:
         session["engine_load_seconds"] = round(sum(getattr(e, "load_seconds", 0.0)
                                                    for e in {id(e): e for e in engines.values()}.values()), 1)
@@ -302,6 +302,7 @@ def _generate_locked(cfg: RunConfig, paths: store.RunPaths, task: Task, engine, 
             store.append_records(part, [_redacted(task, r) for r in recs])
             session[counter] += len(recs)
             session["seconds"] = round(time.time() - t_start, 1)
+            session.update(usage_record(engines))
             store.update_meta(paths, cfg, desc, session)
             if bar:
                 bar.update(len(recs))

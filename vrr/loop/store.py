@@ -12,7 +12,8 @@ perturbations by their spec (``vrr.loop.redact`` removes verbatim restatements).
                                  JSON object each with the source file, line number and reason,
 * ``generate.lock``              the ``fcntl.flock`` lock a generator holds for its whole session; it
                                  names the holder (pid, host, start time),
-* ``run_meta.json``              engine, model, sha256, package versions, per-session timings,
+* ``run_meta.json``              engine, model, sha256, package versions, per-session timings and
+                                 per-role token usage,
 * ``trajectories.jsonl.gz``, ``probe.jsonl.gz``  the frozen window (written by ``vrr.label``),
 * ``arrays.npz``                 the labeled arrays of the data contract (complete windows only),
                                  else ``arrays.partial.npz``.
@@ -21,6 +22,15 @@ A record belongs to a run's window when its setting, dataset and split are the r
 lies in ``start .. start + n`` (:func:`window_membership`, the one predicate that resume and
 finalize share); its shape (rounds, verifier outputs) must match the run's config
 (:func:`record_shape_problem`). :func:`read_part` applies both to a run's part files.
+
+A window can be split into shards (:class:`Shard`, ``python -m vrr generate SETTING --shard i/n``):
+shard ``i`` of ``n`` holds the indices ``index % n == i``, so the split depends neither on the
+window's start nor on its length. A shard writes its own part files, lock and run meta
+(``trajectories.shard-i-of-n.part.jsonl``, ``probe.shard-i-of-n.part.jsonl``,
+``generate.shard-i-of-n.lock``, ``run_meta.shard-i-of-n.json``) beside the run's shared
+``config.json``. Reading a run's window (:func:`read_window_records`) merges every part file of the
+run, so resume skips what any shard stored and finalizing freezes the merged window; the run meta
+read back (:func:`read_run_meta`) holds every shard's sessions.
 """
 from __future__ import annotations
 
@@ -29,11 +39,12 @@ import fcntl
 import gzip
 import json
 import os
+import re
 import socket
 import time
 import warnings
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -59,20 +70,88 @@ class RunLockedError(RunStoreError):
     """Another process holds a run's lock; the message names the holder (pid, host, start time)."""
 
 
-class RunPaths:
-    """The files of one run (``out_root/<setting>/``)."""
+_SHARD_TAG = re.compile(r"\.shard-(\d+)-of-(\d+)\.")
+MAX_SHARDS = 100_000
 
-    def __init__(self, out_root: str | os.PathLike, setting: str):
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard ``index`` of ``count`` (0-based): the instances whose dataset index is ``index`` modulo
+    ``count``. The share of an instance depends only on its index, so a window that grows keeps
+    every instance in its shard."""
+
+    index: int
+    count: int
+
+    def __post_init__(self):
+        for name in ("index", "count"):
+            if isinstance(getattr(self, name), bool) or not isinstance(getattr(self, name), int):
+                raise ValueError(f"shard {name} must be an integer, got {getattr(self, name)!r}")
+        if not 1 <= self.count <= MAX_SHARDS:
+            raise ValueError(f"shard count must be 1..{MAX_SHARDS}, got {self.count}")
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"shard index must be 0..{self.count - 1} for {self.count} shards, got {self.index}")
+
+    @classmethod
+    def parse(cls, text: str) -> "Shard":
+        """``"i/n"`` (``0 <= i < n``), as ``--shard`` takes it; a bad value is a ValueError naming it."""
+        match = re.fullmatch(r"\s*(\d{1,6})\s*/\s*(\d{1,6})\s*", str(text))
+        if not match:
+            raise ValueError(f"--shard {text!r}: expected i/n with 0 <= i < n, e.g. 0/2 and 1/2")
+        try:
+            return cls(int(match.group(1)), int(match.group(2)))
+        except ValueError as exc:
+            raise ValueError(f"--shard {text!r}: {exc}") from None
+
+    def owns(self, index: int) -> bool:
+        return index % self.count == self.index
+
+    @property
+    def tag(self) -> str:
+        """The shard's part of its file names: ``shard-i-of-n``."""
+        return f"shard-{self.index}-of-{self.count}"
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def shard_of_file(path: Path) -> Shard | None:
+    """The shard a run file belongs to, from its name (``*.shard-i-of-n.*``); None for the run's own files."""
+    match = _SHARD_TAG.search(Path(path).name)
+    return Shard(int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _sharded_name(name: str, shard: Shard | None) -> str:
+    """``trajectories.part.jsonl`` -> ``trajectories.shard-i-of-n.part.jsonl`` (the stem before the first dot)."""
+    if shard is None:
+        return name
+    stem, rest = name.split(".", 1)
+    return f"{stem}.{shard.tag}.{rest}"
+
+
+class RunPaths:
+    """The files of one run (``out_root/<setting>/``); with ``shard``, the files that shard writes
+    (part files, lock, run meta) while the config and the frozen outputs stay the run's."""
+
+    def __init__(self, out_root: str | os.PathLike, setting: str, shard: Shard | None = None):
         self.dir = Path(out_root) / setting
+        self.shard = shard
         self.config = self.dir / "config.json"
-        self.traj_part = self.dir / TRAJ_PART_NAME
-        self.probe_part = self.dir / PROBE_PART_NAME
+        self.traj_part = self.dir / _sharded_name(TRAJ_PART_NAME, shard)
+        self.probe_part = self.dir / _sharded_name(PROBE_PART_NAME, shard)
         self.traj = self.dir / "trajectories.jsonl.gz"
         self.probe = self.dir / "probe.jsonl.gz"
-        self.meta = self.dir / "run_meta.json"
+        self.meta = self.dir / _sharded_name("run_meta.json", shard)
         self.arrays = self.dir / "arrays.npz"
         self.arrays_partial = self.dir / "arrays.partial.npz"
-        self.generate_lock = self.dir / "generate.lock"
+        self.generate_lock = self.dir / _sharded_name("generate.lock", shard)
+        self.run_lock = self.dir / "generate.lock"  # the whole run's lock (shards hold it shared)
+
+    def shard_files(self, name: str) -> list[Path]:
+        """The shard files of the run named like ``name`` (``run_meta.json`` -> ``run_meta.shard-*.json``)."""
+        stem, rest = name.split(".", 1)
+        return sorted((p for p in self.dir.glob(f"{stem}.shard-*-of-*.{rest}") if shard_of_file(p)),
+                      key=lambda p: (shard_of_file(p).count, shard_of_file(p).index))
 
 
 def write_record_json(path: Path, obj) -> None:
@@ -155,10 +234,16 @@ class Window:
     n: int
     votes: int
     rounds: int | None = None
+    shard: Shard | None = None
 
     @property
-    def indices(self) -> range:
-        return range(self.start, self.start + self.n)
+    def indices(self) -> list[int]:
+        """The window's indices (the shard's share of them for a shard's window)."""
+        return [i for i in range(self.start, self.start + self.n) if self.owns(i)]
+
+    def owns(self, index: int) -> bool:
+        """Whether ``index`` falls to this window's shard (always, for a whole window)."""
+        return self.shard is None or self.shard.owns(index)
 
     @property
     def config_fields(self) -> tuple[str, str, str]:
@@ -167,8 +252,9 @@ class Window:
 
     def describe(self) -> str:
         f_split, f_start, f_n = self.config_fields
+        of_shard = f", shard {self.shard}" if self.shard else ""
         return (f"setting {self.setting!r} {self.kind} window ({self.dataset}, "
-                f"{f_split}={self.split!r}, {f_start}={self.start}, {f_n}={self.n})")
+                f"{f_split}={self.split!r}, {f_start}={self.start}, {f_n}={self.n}{of_shard})")
 
 
 def _dataset_name(cfg: RunConfig, dataset: str | None) -> str:
@@ -179,14 +265,14 @@ def _dataset_name(cfg: RunConfig, dataset: str | None) -> str:
     return get_task(cfg.dataset).dataset
 
 
-def trajectory_window(cfg: RunConfig, dataset: str | None = None) -> Window:
-    """The trajectory window of a run. ``dataset``: how records name the benchmark (the task's
-    ``dataset``); looked up from ``cfg.dataset`` when not given."""
+def trajectory_window(cfg: RunConfig, dataset: str | None = None, shard: Shard | None = None) -> Window:
+    """The trajectory window of a run (``shard``: that shard's share). ``dataset``: how records name
+    the benchmark (the task's ``dataset``); looked up from ``cfg.dataset`` when not given."""
     return Window("trajectories", cfg.setting, _dataset_name(cfg, dataset), cfg.split, cfg.start, cfg.n,
-                  votes=cfg.M, rounds=cfg.K_max + 1)
+                  votes=cfg.M, rounds=cfg.K_max + 1, shard=shard)
 
 
-def probe_window(cfg: RunConfig, dataset: str | None = None) -> Window:
+def probe_window(cfg: RunConfig, dataset: str | None = None, shard: Shard | None = None) -> Window:
     """The probe window whose records the run ``cfg`` stores itself (its own ``probe.part.jsonl``).
 
     A run that reuses another setting's probe (``probe_from``) or has none owns an empty window
@@ -194,7 +280,7 @@ def probe_window(cfg: RunConfig, dataset: str | None = None) -> Window:
     """
     owns = bool(cfg.probe_split) and not cfg.probe_from
     return Window("probe", cfg.setting, _dataset_name(cfg, dataset), cfg.probe_split if owns else None,
-                  cfg.probe_start, cfg.probe_n if owns else 0, votes=cfg.probe_votes)
+                  cfg.probe_start, cfg.probe_n if owns else 0, votes=cfg.probe_votes, shard=shard)
 
 
 IN_WINDOW, PAST_WINDOW, FOREIGN = "in window", "past the window", "foreign"
@@ -206,7 +292,8 @@ def window_membership(record: dict, window: Window) -> tuple[str, str]:
     ``(IN_WINDOW, "")``: an instance of the window (same setting, dataset and split; index in
     ``start .. start + n``). ``(PAST_WINDOW, why)``: an instance of the same run past the window's
     end, kept because the window may be extended. ``(FOREIGN, why)``: a record of another setting,
-    dataset or split, or one before the window's start, which belongs to no window of this run.
+    dataset or split, one before the window's start, which belongs to no window of this run, or,
+    in a shard's window, one whose index falls to another shard.
     """
     for field in ("setting", "dataset", "split"):
         if field not in record:
@@ -218,6 +305,9 @@ def window_membership(record: dict, window: Window) -> tuple[str, str]:
         return FOREIGN, f"field 'index' is {index!r}, not an integer"
     if index < window.start:
         return FOREIGN, f"field 'index' is {index}, before the window start {window.config_fields[1]}={window.start}"
+    if not window.owns(index):
+        return FOREIGN, (f"field 'index' is {index}, which falls to shard {index % window.shard.count}/"
+                         f"{window.shard.count}, not to this shard {window.shard}")
     if index >= window.start + window.n:
         return PAST_WINDOW, f"index {index} is past the window's end ({window.start + window.n})"
     return IN_WINDOW, ""
@@ -412,14 +502,25 @@ def read_records(path: Path, window: Window | None = None, repair: bool = True) 
     return recs
 
 
+def _part_kind(path: Path) -> str | None:
+    """"trajectories" / "probe" for a run's part file (a shard's included), else None."""
+    shard = shard_of_file(path)
+    for kind, name in (("trajectories", TRAJ_PART_NAME), ("probe", PROBE_PART_NAME)):
+        if Path(path).name == _sharded_name(name, shard):
+            return kind
+    return None
+
+
 def part_window(path: Path) -> Window | None:
-    """The window of a run's part file, from the ``config.json`` beside it (None for a file that is
-    not a run's ``trajectories.part.jsonl`` / ``probe.part.jsonl`` or has no config beside it)."""
+    """The window of a run's part file (a shard's file: that shard's window), from the ``config.json``
+    beside it (None for a file that is not a run's part file or has no config beside it)."""
     paths = RunPaths(path.parent.parent, path.parent.name)
-    if path.name not in (TRAJ_PART_NAME, PROBE_PART_NAME) or not paths.config.exists():
+    kind = _part_kind(path)
+    if kind is None or not paths.config.exists():
         return None
     cfg = from_stored(read_stored_config(paths), str(paths.config))
-    return trajectory_window(cfg) if path.name == TRAJ_PART_NAME else probe_window(cfg)
+    window = trajectory_window(cfg) if kind == "trajectories" else probe_window(cfg)
+    return replace(window, shard=shard_of_file(path))
 
 
 def read_part(path: Path, repair: bool = True) -> list[dict]:
@@ -430,10 +531,41 @@ def read_part(path: Path, repair: bool = True) -> list[dict]:
     return read_records(path, part_window(path), repair=repair)
 
 
+def sibling_parts(path: Path) -> list[Path]:
+    """The other part files of the same kind in a run's folder: the run's own and every shard's."""
+    kind = _part_kind(path)
+    if kind is None:
+        return []
+    name = TRAJ_PART_NAME if kind == "trajectories" else PROBE_PART_NAME
+    paths = RunPaths(path.parent.parent, path.parent.name)
+    return [p for p in [paths.dir / name, *paths.shard_files(name)] if p != path and p.exists()]
+
+
 def read_window_records(path: Path, window: Window, repair: bool = False) -> list[dict]:
-    """The window's instances stored in a part file, sorted by index (one per instance)."""
-    return sorted((r for r in read_records(path, window, repair=repair) if in_window(r, window)),
-                  key=lambda r: r["index"])
+    """The window's instances stored in the run's part files, sorted by index (one per instance).
+
+    ``path`` is read against ``window`` (and repaired with ``repair``); the other part files of the
+    run (:func:`sibling_parts`: the run's own when ``path`` is a shard's, every shard's) are read
+    against their own windows and never modified, and their records of ``window`` are merged in.
+    An identical record in two files counts once; two different records of one instance are a
+    :class:`RunStoreError` naming both files.
+    """
+    merged: dict[int, tuple[Path, dict]] = {}
+    files = [(path, window, repair)] + [(p, replace(window, shard=shard_of_file(p)), False)
+                                        for p in sibling_parts(path)]
+    for file, file_window, fix in files:
+        for rec in read_records(file, file_window, repair=fix):
+            if not in_window(rec, window):
+                continue
+            earlier = merged.get(rec["index"])
+            if earlier is None:
+                merged[rec["index"]] = (file, rec)
+            elif earlier[1] != rec:
+                differ = sorted(k for k in set(rec) | set(earlier[1]) if rec.get(k) != earlier[1].get(k))
+                raise RunStoreError(file, f"index {rec['index']} differs from its record in {earlier[0]} (fields "
+                                          f"that differ: {', '.join(differ)}): two generators ran this instance. "
+                                          "Keep the right record and move the other out of its file.")
+    return [merged[i][1] for i in sorted(merged)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -480,6 +612,71 @@ def run_lock(lock_path: Path) -> Iterator[dict]:
         os.close(fd)
 
 
+@contextmanager
+def _shared_lock(lock_path: Path) -> Iterator[None]:
+    """A shared ``flock`` on the run's lock: shards run side by side, a whole-run generator waits for none."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunLockedError(lock_path, f"the run is locked by {_lock_holder(fd)}, a generator of the whole "
+                                            f"window: a shard would run instances it runs too. Wait for it to "
+                                            "finish or stop it.") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def generation_lock(paths: RunPaths) -> Iterator[dict]:
+    """The locks a generator holds for its session: the run's lock, exclusively for a whole-window
+    run; for a shard, the run's lock shared (shards run side by side, a whole-window run waits) and
+    the shard's own lock exclusively. A shard of another split of the same run (``j/m`` with another
+    ``m``) that is running is refused: its share overlaps this one's."""
+    if paths.shard is None:
+        with ExitStack() as stack:
+            try:
+                holder = stack.enter_context(run_lock(paths.run_lock))
+            except RunLockedError as exc:
+                running = _running_shards(paths)
+                if running:
+                    raise RunLockedError(paths.run_lock, f"shards {', '.join(running)} of this run are "
+                                                         "running; a whole-window generator would run their "
+                                                         "instances too. Wait for them or stop them.") from None
+                raise exc
+            yield holder
+        return
+    with _shared_lock(paths.run_lock), run_lock(paths.generate_lock) as holder:
+        other = [s for s in _running_shards(paths) if Shard.parse(s).count != paths.shard.count]
+        if other:
+            raise RunLockedError(paths.generate_lock, f"shards {', '.join(other)} of another split of this run are "
+                                                      f"running; shard {paths.shard} would overlap them. Use "
+                                                      "the same number of shards, or wait for them.")
+        yield holder
+
+
+def _running_shards(paths: RunPaths) -> list[str]:
+    """The shards of the run whose lock another process holds now ("i/n")."""
+    running = []
+    for lock in paths.shard_files("generate.lock"):
+        if paths.shard is not None and lock == paths.generate_lock:
+            continue
+        fd = os.open(lock, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BlockingIOError:
+            running.append(str(shard_of_file(lock)))
+        finally:
+            os.close(fd)
+    return running
+
+
 def append_records(path: Path, records: Iterable[dict]) -> None:
     data = b"".join((json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n").encode() for r in records)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -511,8 +708,8 @@ def unique_by_index(records: list[dict]) -> list[dict]:
 
 
 def update_meta(paths: RunPaths, cfg: RunConfig, engine_desc: dict, session: dict) -> None:
-    """Record the engine and this session's counts and timings in ``run_meta.json``."""
-    meta = read_run_meta(paths) or {"sessions": []}
+    """Record the engine and this session's counts and timings in ``run_meta.json`` (a shard's in its own)."""
+    meta = _read_meta_file(paths.meta) or {"sessions": []}
     meta["engine"] = engine_desc
     meta["config"] = cfg.to_json()
     sessions = [s for s in meta.get("sessions", []) if s.get("id") != session["id"]]
@@ -573,13 +770,34 @@ def run_cost(meta: dict, records: dict[str, list[dict]] | None = None) -> dict:
     return tot
 
 
-def read_run_meta(paths: RunPaths) -> dict:
-    """The run's ``run_meta.json`` ({} before the first session); a corrupt file is a
-    :class:`RunStoreError` naming it."""
-    if not paths.meta.exists():
+def _read_meta_file(path: Path) -> dict:
+    if not path.exists():
         return {}
-    meta = read_run_json(paths.meta)
+    meta = read_run_json(path)
     sessions = meta.get("sessions", [])
     if not isinstance(sessions, list) or not all(isinstance(s, dict) for s in sessions):
-        raise RunStoreError(paths.meta, "field 'sessions' is not a list of session objects")
+        raise RunStoreError(path, "field 'sessions' is not a list of session objects")
+    return meta
+
+
+def read_run_meta(paths: RunPaths) -> dict:
+    """The run's ``run_meta.json`` ({} before the first session); a corrupt file is a
+    :class:`RunStoreError` naming it.
+
+    For the whole run (``paths.shard`` None) the shards' run metas are merged in: their sessions
+    (each marked with its ``shard``) follow the run's own, ``total_seconds`` counts them all, and the
+    engine and config are the run's own, else the first shard's. A shard's paths read its own file.
+    """
+    meta = _read_meta_file(paths.meta)
+    if paths.shard is not None:
+        return meta
+    for path in paths.shard_files("run_meta.json"):
+        part = _read_meta_file(path)
+        for key in ("engine", "config"):
+            if key in part and key not in meta:
+                meta[key] = part[key]
+        shard = str(shard_of_file(path))
+        meta["sessions"] = meta.get("sessions", []) + [{**s, "shard": shard} for s in part.get("sessions", [])]
+    if meta.get("sessions"):
+        meta["total_seconds"] = round(sum(s.get("seconds", 0.0) for s in meta["sessions"]), 1)
     return meta
