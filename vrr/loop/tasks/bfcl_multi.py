@@ -12,7 +12,8 @@
   (``default_decode_execute_prompting``) turns them into execution strings, and they run in the problem's
   environment instances in the sandbox (state carried across turns: every step replays the trajectory so
   far from the initial config). Their results go back to the model as tool messages, until it emits no
-  call or :data:`STEP_CAP` steps; then the next user turn. The plan is the whole trajectory, one line per
+  call or :data:`STEP_CAP` steps; then the next user turn. Once the conversation after the system prompt
+  exceeds :data:`HISTORY_CHARS`, no more steps are asked (the context of a small CPU model is full). The plan is the whole trajectory, one line per
   turn: ``Turn k: [call, call, ...]`` (:func:`render_plan`).
 * ``extract_answer(text)``: per ``Turn k:`` header, that turn's call list (:func:`extract_calls`); lines
   starting with ``->`` (execution results shown to the judge) are not read.
@@ -52,6 +53,8 @@ SPLIT_ALIASES = {"test": "base"}
 # option): a third of the tokens of the JSON docs, so the prompt of two environments fits a CPU context.
 PROMPT_FORMAT = "ret_fmt=python&tool_call_tag=False&func_doc_fmt=python&prompt_fmt=plaintext&style=classic"
 STEP_CAP = 5                  # model steps per user turn (bfcl-eval's own runner allows 20)
+HISTORY_CHARS = 12000         # of turns, replies and results after the system prompt; beyond it, no more steps
+TOOL_RESULT_CHARS = 1000      # of each execution result in the conversation
 TURNS_HEAD = "\n\nUser turns:\n"
 TURN_LINE = "Turn {k}: "
 EXEC_PROGRAM = Path(__file__).with_name("bfcl_multi_exec.py")
@@ -578,6 +581,8 @@ class BFCLMulti(Task):
             messages.append({"role": "user", "content": text})
             calls_t: list[str] = []
             for _ in range(STEP_CAP):
+                if sum(len(m["content"]) for m in messages[1:]) > HISTORY_CHARS:
+                    break  # the context is full: this turn and the next ones get no more calls
                 reply = yield [dict(m) for m in messages]
                 messages.append({"role": "assistant", "content": reply or ""})
                 calls = decode([extract_calls(reply)])[0]
@@ -586,7 +591,7 @@ class BFCLMulti(Task):
                 results = replay([(done + [calls_t + calls], problem)])[0]
                 shown = results[-1][-len(calls):] if results else ["Error during execution: the executor failed"] * len(calls)
                 calls_t += calls
-                messages += [{"role": "tool", "content": str(r)} for r in shown]
+                messages += [{"role": "tool", "content": str(r)[:TOOL_RESULT_CHARS]} for r in shown]
             done.append(calls_t)
         return render_plan(done)
 
