@@ -48,7 +48,7 @@ def trajectory_shape(q, tol: float = 0.03) -> str:
 def loop_dynamics(setting: Setting) -> dict:
     """The loop-dynamics row of one setting: round-1 labeled estimates of rho0, rho1, J, alpha,
     beta, b* (Eq. 7), per-round validity Q_k and acceptance A_k, and the trajectory shape.
-    (The best-fixed-round minus myopic column needs the replay: ``vrr.paper.table_loop_dynamics``.)"""
+    (The best-fixed-round minus myopic column needs the replay: ``vrr.report.table_loop_dynamics``.)"""
     S, y, M = setting.S, setting.y, setting.M
     votes = labeled_mle(S[:, 0], y[:, 0], M)
     cal = calibrate(S, y, M, method="labeled_mle", max_pairs=None)
