@@ -274,7 +274,7 @@ def loop_dynamics_panels(results_root: str | Path, pairs: Sequence[tuple[str, st
             continue
         ld_main, ld_control = (read_json(p)["loop_dynamics"] for p in paths)
         kind = "real" if ld_main.get("kind") == "real" else "simulated"
-        panels.append({"title": f"{ld_main['label']} [{kind}, N={ld_main['N']}]", "q_main": ld_main["Q"],
+        panels.append({"title": f"{ld_main['label'].replace(' (sim.)', '')} [{kind}, N={ld_main['N']}]", "q_main": ld_main["Q"],
                        "q_control": ld_control["Q"], "perturb_round": perturbation_start(main),
                        "settings": (main, control)})
     return panels
