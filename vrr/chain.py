@@ -353,6 +353,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     g.add_argument("--finalize-only", action="store_true",
                    help="only rebuild the outputs from the stored records (window lengths from --n/--probe-n)")
     g.add_argument("--no-progress", action="store_true")
+    g.add_argument("--shard", metavar="I/N", type=_shard_arg,
+                   help="run shard I of N (0 <= I < N: the instances with index %% N == I) into its own part files; "
+                        "finalizing merges every shard of the run")
     r = sub.add_parser("resolve", help="print the resolved setting and run config (no engine)")
     setting_args(r)
     r.add_argument("--calls", action="store_true",
@@ -399,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     rc = run_config(cfg, setting=name)
     if a.command == "measure-judge-styles":
-        engines = runner.make_engines(rc, runner.get_task(rc.dataset))
+        engines = runner.make_engines(rc, runner.get_task(rc.dataset), options=cfg["engine"])
         res = runner.measure_judge_styles(engines, rc, a.styles.split(","), split=a.split, start=a.start,
                                           n=a.problems, votes=rc.probe_votes, out_path=a.out)
         print(json.dumps(res, indent=1))
@@ -413,7 +416,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(finalize_setting(paths, stored))
         return 0
     phases = ("probe", "traj") if a.phase == "all" else (a.phase,)
-    runner.generate(rc, out_root=a.out_root, limit=a.limit, phases=phases, progress=not a.no_progress)
-    if not a.no_finalize:
+    runner.generate(rc, out_root=a.out_root, limit=a.limit, phases=phases, progress=not a.no_progress,
+                    shard=a.shard, engine_options=cfg["engine"])
+    if not a.no_finalize:  # a shard's finalize merges whatever every shard has stored so far
         print(finalize_setting(paths, rc))
     return 0
+
+
+def _shard_arg(text: str):
+    from .loop.store import Shard
+
+    try:
+        return Shard.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

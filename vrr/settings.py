@@ -56,7 +56,9 @@ DETERMINISTIC_VERIFIERS = ("visible_test", "prm", "executor")
 JUDGE_STYLES = ("verdict", "check", "reason")
 REPAIR_STYLES = ("self-refine", "reflexion", "re-solve")
 REPAIR_MODES = ("repair", "resample")
-BACKENDS = ("auto", "vllm", "vllm-cpu", "fake")
+BACKENDS = ("auto", "vllm", "vllm-cpu", "fake", "openai")
+OPENAI_N_MODES = ("auto", "native", "separate")      # how M votes go to a server (vrr.loop.engine.openai_backend)
+OPENAI_PREFILL_MODES = ("vllm", "implicit", "none")  # how a prefilled assistant reply is continued there
 CALIBRATION_METHODS = ("binomial_em", "mom", "labeled_mle", "beta_binomial_em")
 VOTE_ROUNDS = ("first", "all", "probe")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -195,7 +197,37 @@ SCHEMA: dict[str, Any] = {
     },
     "engine": {
         "backend": Field("str", default="auto", choices=BACKENDS, only="real"),
-        "batch_size": Field("int", default=10, low=1, high=4096, only="real"),
+        "batch_size": Field("int", default=10, low=1, high=4096, only="real"),  # instances in flight
+        # backend openai: the server, the variable holding its API key (never the key), requests in flight,
+        # seconds per attempt, retries of 429/5xx/timeouts/refused connections, how the M votes are sent,
+        # how a prefilled reply is continued, and dollars per million prompt / completion tokens
+        "base_url": Field("str", default=None, nullable=True, only="real"),
+        "api_key_env": Field("str", default=None, nullable=True, only="real"),
+        "concurrency": Field("int", default=64, low=1, high=65536, only="real"),
+        "timeout": Field("float", default=600.0, low=0.001, high=86400.0, only="real"),
+        "max_retries": Field("int", default=5, low=0, high=100, only="real"),
+        "n": Field("str", default="auto", choices=OPENAI_N_MODES, only="real"),
+        "prefill": Field("str", default="vllm", choices=OPENAI_PREFILL_MODES, only="real"),
+        "price_prompt": Field("float", default=None, low=0.0, high=1e6, nullable=True, only="real"),
+        "price_completion": Field("float", default=None, low=0.0, high=1e6, nullable=True, only="real"),
+        # a role's own server (and key, bound, prices); its model is models.<role>
+        "roles": {role: {
+            "base_url": Field("str", default=None, nullable=True, only="real"),
+            "api_key_env": Field("str", default=None, nullable=True, only="real"),
+            "concurrency": Field("int", default=None, low=1, high=65536, nullable=True, only="real"),
+            "price_prompt": Field("float", default=None, low=0.0, high=1e6, nullable=True, only="real"),
+            "price_completion": Field("float", default=None, low=0.0, high=1e6, nullable=True, only="real"),
+        } for role in ("generator", "judge", "repairer")},
+        # in-process vLLM (backends vllm, vllm-cpu): engine arguments a GPU user sets (null: the backend's default)
+        "tensor_parallel_size": Field("int", default=None, low=1, high=1024, nullable=True, only="real"),
+        "pipeline_parallel_size": Field("int", default=None, low=1, high=1024, nullable=True, only="real"),
+        "gpu_memory_utilization": Field("float", default=None, low=0.01, high=1.0, nullable=True, only="real"),
+        "dtype": Field("str", default=None, nullable=True, choices=("auto", "bfloat16", "float16", "float32"),
+                       only="real"),
+        "enforce_eager": Field("bool", default=None, nullable=True, only="real"),
+        "max_num_seqs": Field("int", default=None, low=1, high=65536, nullable=True, only="real"),
+        "quantization": Field("str", default=None, nullable=True, only="real"),
+        "kv_cache_dtype": Field("str", default=None, nullable=True, only="real"),
     },
     "calibration": {
         "method": Field("str", default="binomial_em", choices=CALIBRATION_METHODS),
@@ -412,11 +444,34 @@ def validate_config(raw: dict, path, kind_hint: str | None = None) -> dict:
             if probe[key] is not None:
                 check_plain_name(probe[key], path, f"probe.{key}")
         cfg["data_dir"] = check_repo_path(cfg["data_dir"], path, "data_dir")
+        _check_servers(cfg["engine"], path)
         if probe["n"] > 0 and probe["from"] is None and probe["split"] == window["split"]:
             # [a, a + N) and [b, b + n) overlap iff each starts before the other ends (no sets built)
             if probe["start"] < window["start"] + window["N"] and window["start"] < probe["start"] + probe["n"]:
                 raise SettingConfigError(path, "probe.start", "the probe window must be disjoint from the evaluation window")
     return cfg
+
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _check_servers(engine: dict, path) -> None:
+    """Server addresses are http(s) URLs; ``api_key_env`` is the NAME of an environment variable (a key
+    pasted there would end up in config files and logs, so anything else is refused)."""
+    blocks = [("engine.", engine)] + [(f"engine.roles.{r}.", b) for r, b in engine["roles"].items()]
+    for prefix, block in blocks:
+        url = block["base_url"]
+        if url is not None and not re.match(r"^https?://[^\s/]+", url):
+            raise SettingConfigError(path, prefix + "base_url", f"must be an http:// or https:// address, got "
+                                     f"{short_repr(url)}")
+        env = block["api_key_env"]
+        if env is not None and not ENV_NAME.match(env):
+            raise SettingConfigError(path, prefix + "api_key_env", "must be the name of an environment variable "
+                                     "(letters, digits, _), never the key itself")
+    if engine["backend"] == "openai" and not engine["base_url"] and not all(
+            b["base_url"] for b in engine["roles"].values()):
+        raise SettingConfigError(path, "engine.base_url", "backend 'openai' needs the server's address, e.g. "
+                                 "--set engine.base_url=http://127.0.0.1:8000/v1")
 
 
 def check_plain_name(value: Any, source, field: str) -> str:

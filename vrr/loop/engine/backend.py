@@ -11,11 +11,21 @@ recorded in run metadata:
 * ``"vllm"`` (GPU): CUDA graphs on (``enforce_eager=False``), prefix caching, bf16.
 * ``"vllm-cpu"``: dtype float32 unless the CPU has AVX512-BF16/AMX (``$VRR_CPU_DTYPE`` overrides),
   ``enforce_eager=True`` (otherwise every start recompiles for ~2 min), the KV
-  cache sized by ``VLLM_CPU_KVCACHE_SPACE`` (GiB, default here 4), engine-level seed only (a
-  per-request ``seed`` with ``n>1`` crashes on CPU: "CPU Generator does not use offset").
+  cache sized by ``VLLM_CPU_KVCACHE_SPACE`` (GiB, default here 4).
+
+Every request carries its own seed (:func:`vrr.loop.engine.requests.request_seed`: a hash of the engine
+seed, the conversation and the sampling parameters), so what an instance samples does not depend on
+the batch or the shard it runs in.
 * ``"auto"``: ``$VRR_BACKEND`` if set, else "vllm" when an NVIDIA GPU is visible, else "vllm-cpu".
 * ``"fake"``: :class:`vrr.loop.engine.fake.FakeEngine`, deterministic answers from the task's data
   (tests and dry runs; no model).
+* ``"openai"``: :class:`vrr.loop.engine.openai_backend.OpenAIEngine`, any OpenAI-compatible server
+  (``vllm serve``, SGLang, llama.cpp, a hosted API) at the setting's ``engine.base_url``.
+
+GPU users set the vLLM engine arguments they need in the setting's ``engine`` block
+(``tensor_parallel_size``, ``pipeline_parallel_size``, ``gpu_memory_utilization``, ``dtype``,
+``enforce_eager``, ``max_num_seqs``, ``quantization``, ``kv_cache_dtype``); they reach ``vllm.LLM``
+through :func:`vrr.loop.engine.roles.make_role_engines`.
 
 The ``vllm`` import is lazy, so ``import vrr`` works without vLLM. Run engines under
 ``if __name__ == "__main__":`` or in a subprocess (``python -m vrr generate ...``); vLLM spawns
@@ -30,8 +40,8 @@ import time
 from typing import Sequence
 
 from ...settings import BACKENDS
+from .requests import Conversation, continues_reply, request_seed  # noqa: F401 (continues_reply: the engines' rule)
 
-Conversation = Sequence[dict]  # [{"role": "system"|"user"|"assistant", "content": str}, ...]
 
 
 def gpu_available() -> bool:
@@ -65,8 +75,8 @@ def resolve_backend(backend: str = "auto") -> str:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "auto":
         backend = os.environ.get("VRR_BACKEND", "") or ("vllm" if gpu_available() else "vllm-cpu")
-        if backend not in ("vllm", "vllm-cpu", "fake"):
-            raise ValueError(f"VRR_BACKEND must be 'vllm', 'vllm-cpu' or 'fake', got {backend!r}")
+        if backend not in ("vllm", "vllm-cpu", "fake", "openai"):
+            raise ValueError(f"VRR_BACKEND must be 'vllm', 'vllm-cpu', 'fake' or 'openai', got {backend!r}")
     return backend
 
 
@@ -133,6 +143,7 @@ class VLLMEngine:
         self.load_seconds = time.time() - t0
         self.seed = seed
         self.config = {k: v for k, v in kw.items() if k != "model"}
+        self.config["request_seeds"] = f"sha256(seed={seed}, request)"
         self.config["env"] = {k: v for k, v in os.environ.items() if k.startswith("VLLM_CPU_")}
         self.last_info: dict = {}
         self.stats = {"calls": 0, "prompt_tokens": 0, "generated_tokens": 0, "seconds": 0.0}
@@ -146,11 +157,14 @@ class VLLMEngine:
         if not conversations:
             self.last_info = {"finish_reasons": [], "prompt_tokens": 0, "generated_tokens": 0, "seconds": 0.0}
             return []
-        sp = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
-                            stop=list(stop) if stop else None)
+        # one seed per request, from the request itself: an instance samples the same in any batch or shard
+        sps = [SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
+                              stop=list(stop) if stop else None,
+                              seed=request_seed(self.seed, c, temperature, max_tokens, 0, top_p, stop))
+               for c in conversations]
         prefilled = continues_reply(conversations)
         t0 = time.time()
-        outs = self.llm.chat([list(c) for c in conversations], sp, use_tqdm=False,
+        outs = self.llm.chat([list(c) for c in conversations], sps, use_tqdm=False,
                              add_generation_prompt=not prefilled, continue_final_message=prefilled)
         dt = time.time() - t0
         texts, reasons, shapes = [], [], []
@@ -190,24 +204,21 @@ class VLLMEngine:
                 "load_seconds": round(self.load_seconds, 1), "versions": package_versions()}
 
 
-def continues_reply(conversations: Sequence[Conversation]) -> bool:
-    """True when every conversation ends with a prefilled assistant message that the model continues
-    (the returned text is then only the continuation); False when none does. Mixed batches are an error."""
-    ends = {c[-1].get("role") == "assistant" for c in conversations}
-    if len(ends) > 1:
-        raise ValueError("a chat batch mixes prefilled assistant replies with fresh ones: send them separately")
-    return ends == {True}
-
-
 def make_engine(model: str, backend: str = "auto", seed: int = 0, max_model_len: int = 4096,
                 enforce_eager: bool | None = None, task=None, **kwargs):
     """Build the engine. ``model``: registry name (``vrr.loop.engine.models.MODELS``), local HF dir,
-    or Hugging Face model id (GPU / online users). ``backend="fake"`` needs the ``task`` plug-in."""
-    if resolve_backend(backend) == "fake":
+    or Hugging Face model id (GPU / online users); for ``backend="openai"`` the name the server serves.
+    ``backend="fake"`` needs the ``task`` plug-in."""
+    resolved = resolve_backend(backend)
+    if resolved == "fake":
         from .fake import FakeEngine
 
         if task is None:
             raise ValueError("the fake backend answers from the task's data: pass task=")
         return FakeEngine(task, model=model, seed=seed, **kwargs)
+    if resolved == "openai":
+        from .openai_backend import OpenAIEngine
+
+        return OpenAIEngine(model, seed=seed, max_model_len=max_model_len, **kwargs)
     return VLLMEngine(model, backend=backend, seed=seed, max_model_len=max_model_len,
                       enforce_eager=enforce_eager, **kwargs)

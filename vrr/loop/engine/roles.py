@@ -77,6 +77,8 @@ class RoleEngine:
         """The role's requests and tokens (``completion_tokens``: generated), and dollars when priced."""
         out = {"requests": self.stats["requests"], "prompt_tokens": self.stats["prompt_tokens"],
                "completion_tokens": self.stats["generated_tokens"]}
+        if self.role == self.first_role and hasattr(self.base, "usage_notes"):
+            out.update(self.base.usage_notes())
         if self.prices:
             out["dollars"] = round(self.stats["prompt_tokens"] * self.prices.get("price_prompt", 0.0) / 1e6
                                    + self.stats["generated_tokens"] * self.prices.get("price_completion", 0.0) / 1e6, 6)

@@ -1,0 +1,265 @@
+"""The loop's engine behind any OpenAI-compatible chat server (``engine.backend: openai``).
+
+:class:`OpenAIEngine` answers the same ``chat(conversations, temperature, max_tokens, n, top_p, stop)
+-> list[list[str]]`` calls as :class:`vrr.loop.engine.backend.VLLMEngine`, through the official
+``openai`` client (``AsyncOpenAI``) on an event loop of its own, so the runner stays synchronous while
+up to ``concurrency`` requests are in flight. Servers: ``vllm serve`` (one GPU, ``--data-parallel-size``
+over a node's GPUs, or its multi-node deployment behind one endpoint), SGLang, a llama.cpp server, a
+hosted API.
+
+* **Votes**: the M votes on a plan are one request with ``n=M`` (one prefill) when the server honours
+  ``n``; a server that rejects ``n > 1`` or returns fewer choices is asked M single requests instead,
+  which ``describe()`` and ``stats`` record (``n: auto`` finds out on the first vote; ``native`` and
+  ``separate`` fix the mode).
+* **Seeds**: every request carries a seed derived from the engine's seed and the request itself
+  (:func:`request_seed`: conversation, sampling parameters, sample number), so what a seeded server
+  samples for an instance depends neither on the batch nor on the shard it ran in.
+* **Prefilled replies** (a conversation ending with an assistant message that the model continues:
+  MBPP's judge-written asserts): ``prefill: vllm`` sends vLLM's chat-template switches
+  ``continue_final_message=true, add_generation_prompt=false`` in the request body (SGLang takes the same
+  fields); ``prefill: implicit`` sends the conversation as is, for servers that continue a trailing
+  assistant message by themselves (a llama.cpp server); ``prefill: none`` refuses such requests.
+* **Failures**: the client retries 429, 5xx, timeouts and refused connections with exponential backoff
+  (``max_retries``, ``timeout`` seconds per attempt); then, and on any other error status, a
+  :class:`ServerError` names the server, the model and what the server said. A model the server does
+  not serve is refused at start, with the names it serves.
+* **API key**: read from the environment variable ``api_key_env`` names; only that name is recorded.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from typing import Sequence
+
+from .requests import Conversation, continues_reply, request_seed
+
+N_MODES = ("auto", "native", "separate")
+PREFILL_MODES = ("vllm", "implicit", "none")
+VLLM_PREFILL_BODY = {"continue_final_message": True, "add_generation_prompt": False}
+
+
+class ServerError(RuntimeError):
+    """A request to an OpenAI-compatible server failed for good; the message names the server and model."""
+
+
+class OpenAIEngine:
+    """An OpenAI-compatible chat server as the loop's engine (see the module docstring)."""
+
+    backend = "openai"
+
+    def __init__(self, model: str, base_url: str | None = None, api_key_env: str | None = None, seed: int = 0,
+                 concurrency: int = 64, timeout: float = 600.0, max_retries: int = 5, n: str = "auto",
+                 prefill: str = "vllm", max_model_len: int | None = None, reward_model: bool = False,
+                 check_model: bool = True):
+        import openai
+
+        if not base_url:
+            raise ServerError("backend 'openai' needs engine.base_url (the server's /v1 address), "
+                             "e.g. --set engine.base_url=http://127.0.0.1:8000/v1")
+        if reward_model:
+            raise ValueError(f"verifier kind 'prm' scores steps with vLLM's pooling runner, which the openai backend "
+                             f"does not drive: run the process reward model in-process (engine.backend vllm)")
+        if n not in N_MODES:
+            raise ValueError(f"engine.n must be one of {N_MODES}, got {n!r}")
+        if prefill not in PREFILL_MODES:
+            raise ValueError(f"engine.prefill must be one of {PREFILL_MODES}, got {prefill!r}")
+        api_key = "EMPTY"  # a server started without a key accepts any
+        if api_key_env:
+            if not os.environ.get(api_key_env):
+                raise ServerError(f"engine.api_key_env names the environment variable {api_key_env!r}, which is not "
+                                 f"set: export it with the API key of {base_url}")
+            api_key = os.environ[api_key_env]
+        self.model, self.model_arg, self.base_url = model, model, base_url.rstrip("/")
+        self.api_key_env, self.seed, self.timeout, self.max_retries = api_key_env, seed, timeout, max_retries
+        self.concurrency, self.n_mode, self.prefill, self.max_model_len = concurrency, n, prefill, max_model_len
+        self.n_native: bool | None = {"auto": None, "native": True, "separate": False}[n]
+        self.n_refusal = ""
+        self.last_info: dict = {}
+        self.stats = {"calls": 0, "requests": 0, "http_attempts": 0, "prompt_tokens": 0, "generated_tokens": 0,
+                      "seconds": 0.0}
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=f"openai-engine {self.base_url}",
+                                        daemon=True)
+        self._thread.start()
+
+        def count_attempt(_request):
+            self.stats["http_attempts"] += 1
+
+        async def on_attempt(request):
+            count_attempt(request)
+
+        async def make_client():
+            return openai.AsyncOpenAI(base_url=self.base_url, api_key=api_key, timeout=timeout, max_retries=max_retries,
+                                      http_client=openai.DefaultAsyncHttpxClient(event_hooks={"request": [on_attempt]}))
+
+        self._openai = openai
+        self._client = self._run(make_client())
+        self._semaphore = self._run(_make_semaphore(concurrency))
+        t0 = time.time()
+        self.served = self._served_models() if check_model else None
+        self.load_seconds = time.time() - t0
+
+    # ------------------------------------------------------------------ plumbing
+    def _run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def close(self) -> None:
+        """Close the connections and stop the engine's event loop."""
+        if self._loop.is_running():
+            self._run(self._client.close())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+    def _where(self) -> str:
+        return f"server {self.base_url} (model {self.model!r})"
+
+    def _failure(self, exc: Exception) -> ServerError:
+        o = self._openai
+        if isinstance(exc, o.APITimeoutError):
+            what = f"no answer within {self.timeout:g} s"
+        elif isinstance(exc, o.APIConnectionError):
+            what = f"cannot connect ({exc.__cause__ or exc})"
+        elif isinstance(exc, o.APIStatusError):
+            body = exc.body if isinstance(exc.body, (str, dict)) else exc.message
+            what = f"HTTP {exc.status_code}: {str(body)[:400]}"
+        else:
+            what = f"{type(exc).__name__}: {exc}"
+        retriable = isinstance(exc, o.APIConnectionError) or (
+            isinstance(exc, o.APIStatusError) and (exc.status_code in (408, 409, 429) or exc.status_code >= 500))
+        retried = f" after {self.max_retries} retries" if retriable and self.max_retries else ""
+        hint = ""
+        if isinstance(exc, o.NotFoundError) and self.served:
+            hint = f"; it serves {', '.join(self.served)}"
+        return ServerError(f"{self._where()}: {what}{retried}{hint}")
+
+    def _served_models(self) -> list[str] | None:
+        """The model names the server lists (``GET /models``); the engine's model must be one of them.
+        None when the server does not list its models."""
+        async def listing():
+            return [m.id async for m in self._client.models.list()]
+
+        try:
+            names = self._run(listing())
+        except self._openai.NotFoundError:
+            return None
+        except self._openai.OpenAIError as exc:
+            raise self._failure(exc) from None
+        if self.model not in names:
+            raise ServerError(f"{self._where()}: the server does not serve {self.model!r}; it serves "
+                              f"{', '.join(names) or 'no model'} (set the role's model, e.g. --model / --verifier, "
+                              "to one of these)")
+        return names
+
+    # ------------------------------------------------------------------ requests
+    async def _create(self, conv: Conversation, n: int, seed: int, params: dict):
+        body = dict(VLLM_PREFILL_BODY) if params.pop("_prefilled") and self.prefill == "vllm" else None
+        async with self._semaphore:
+            return await self._client.chat.completions.create(model=self.model, messages=list(conv), n=n, seed=seed,
+                                                              extra_body=body, **params)
+
+    async def _one(self, conv: Conversation, n: int, params: dict, prefilled: bool):
+        """The n samples of one conversation: texts, finish reasons, prompt tokens, generated tokens, requests."""
+        def seed_of(m):
+            return request_seed(self.seed, conv, params["temperature"], params["max_tokens"], m,
+                                params.get("top_p", 1.0), params.get("stop"))
+
+        choices, prompt, generated, requests = [], 0, 0, 0
+        refused = ""
+        if n > 1 and self.n_native is not False:
+            try:
+                resp = await self._create(conv, n, seed_of(0), {**params, "_prefilled": prefilled})
+                requests += 1
+                choices = sorted(resp.choices, key=lambda c: c.index)
+                prompt, generated = _usage(resp)
+                # a server that ignores n answers with one choice: the missing samples come as single requests
+                self.n_native = len(choices) >= n
+            except self._openai.BadRequestError as exc:
+                if self.n_native is True:
+                    raise
+                refused = str(exc)[:200]  # n > 1 refused, or the request is bad: a single request tells which
+        for m in range(len(choices), n):
+            resp = await self._create(conv, 1, seed_of(m), {**params, "_prefilled": prefilled})
+            requests += 1
+            choices.append(resp.choices[0])
+            p, g = _usage(resp)
+            prompt, generated = prompt + p, generated + g
+            if refused:
+                self.n_native, self.n_refusal, refused = False, refused, ""
+        texts = [c.message.content or "" for c in choices[:n]]
+        return texts, [c.finish_reason for c in choices[:n]], prompt, generated, requests
+
+    async def _all(self, conversations, n, params, prefilled):
+        return await asyncio.gather(*(self._one(c, n, dict(params), prefilled) for c in conversations))
+
+    def chat(self, conversations: Sequence[Conversation], temperature: float, max_tokens: int,
+             n: int = 1, top_p: float = 1.0, stop: Sequence[str] | None = None) -> list[list[str]]:
+        if max_tokens is None or max_tokens <= 0:
+            raise ValueError("max_tokens must be set (> 0)")
+        if not conversations:
+            self.last_info = {"finish_reasons": [], "prompt_tokens": 0, "generated_tokens": 0, "seconds": 0.0,
+                              "requests": 0}
+            return []
+        prefilled = continues_reply(conversations)
+        if prefilled and self.prefill == "none":
+            raise ServerError(f"{self._where()}: these requests continue a prefilled assistant reply, and "
+                              "engine.prefill is 'none'. Use a server that continues a final assistant message "
+                              "(vLLM or SGLang: prefill vllm; a llama.cpp server: prefill implicit)")
+        params = {"temperature": temperature, "max_tokens": max_tokens, "top_p": top_p}
+        if stop:
+            params["stop"] = list(stop)
+        t0 = time.time()
+        try:
+            outs = self._run(self._all(conversations, n, params, prefilled))
+        except self._openai.OpenAIError as exc:
+            raise self._failure(exc) from None
+        dt = time.time() - t0
+        ptok = sum(o[2] for o in outs)
+        gtok = sum(o[3] for o in outs)
+        requests = sum(o[4] for o in outs)
+        self.last_info = {"finish_reasons": [o[1] for o in outs], "prompt_tokens": ptok, "generated_tokens": gtok,
+                          "seconds": dt, "requests": requests}
+        self.stats["calls"] += 1
+        self.stats["requests"] += requests
+        self.stats["prompt_tokens"] += ptok
+        self.stats["generated_tokens"] += gtok
+        self.stats["seconds"] += dt
+        return [o[0] for o in outs]
+
+    def describe(self) -> dict:
+        """The server, model and request policy for run metadata (the API key's variable name, never the key)."""
+        out = {"backend": "openai", "model": self.model, "base_url": self.base_url, "api_key_env": self.api_key_env,
+               "engine_config": {"concurrency": self.concurrency, "timeout": self.timeout,
+                                 "max_retries": self.max_retries, "n": self.n_mode, "prefill": self.prefill,
+                                 "request_seeds": f"sha256(seed={self.seed}, request)"},
+               "served_models": self.served, "seed": self.seed,
+               "load_seconds": round(self.load_seconds, 1), "versions": {"openai": _version("openai")}}
+        if self.n_refusal:
+            out["n_refused"] = self.n_refusal
+        return out
+
+    def usage_notes(self) -> dict:
+        """How the votes went to the server (known after the first vote), and the HTTP attempts made
+        (retries included), for the per-role usage in ``run_meta.json``."""
+        return {"votes_sent_as": {None: "not used yet", True: "one request with n=M",
+                                  False: "M single requests"}[self.n_native],
+                "http_attempts": self.stats["http_attempts"]}
+
+
+async def _make_semaphore(bound: int) -> asyncio.Semaphore:
+    return asyncio.Semaphore(max(1, int(bound)))  # made on the engine's loop
+
+
+def _version(package: str) -> str | None:
+    import importlib.metadata as md
+
+    try:
+        return md.version(package)
+    except md.PackageNotFoundError:
+        return None
+
+
+def _usage(resp) -> tuple[int, int]:
+    usage = getattr(resp, "usage", None)
+    return (int(getattr(usage, "prompt_tokens", 0) or 0), int(getattr(usage, "completion_tokens", 0) or 0))
