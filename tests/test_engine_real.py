@@ -177,3 +177,54 @@ def test_throughput_bench_replays_the_real_work_as_one_batch(tmp_path):
     assert abs(peak["generated_tokens"] - row["generated_tokens"]) <= row["requests"]
     assert 0 < row["ratio_gen"]
     assert "achieved / workload peak" in proc.stdout
+
+
+def test_a_window_through_vllm_serve_survives_a_server_kill_and_resumes(tmp_path):
+    """A real ``vllm serve`` (SmolLM2-135M) on 127.0.0.1 behind the openai backend: the run generates and labels
+    a window; the server killed mid-run gives one error naming it; after a restart on the same address the
+    same command resumes, and every instance is stored once, the ones stored before the kill unchanged."""
+    _require_engine()
+    from vrr.data import load_setting
+    from vrr.loop.engine.server import LocalServer
+
+    server = LocalServer("smollm2-135m", log=tmp_path / "serve.log", max_model_len=2048)
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "vrr", "generate", "gsm8k_cpu_favorable", "--backend", "openai",
+           "--set", f"engine.base_url={server.url}", "--model", "smollm2-135m", "--verifier", "smollm2-135m",
+           "--run-name", "served", "--n", "4", "--probe-n", "0", "--batch-size", "1", "--set", "K_max=1",
+           "--set", "M=2", "--set", "max_tokens.generate=64", "--set", "max_tokens.repair=64",
+           "--set", "engine.max_retries=1", "--set", "engine.timeout=60", "--no-progress", "--out-root", str(tmp_path)]
+    part = tmp_path / "served" / "trajectories.part.jsonl"
+    try:
+        server.start()
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 600
+        while not (part.exists() and part.read_text().count("\n") >= 1):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.time() < deadline, "no instance was stored within 10 min"
+            time.sleep(0.2)
+        server.stop()  # mid-run: the next batch's requests find no server
+        _, err = proc.communicate(timeout=300)
+        before = [json.loads(line) for line in part.read_text().splitlines()]
+        assert proc.returncode == 2, err[-3000:]
+        assert f"error: server {server.url} (model 'smollm2-135m')" in err and "after 1 retries" in err, err[-3000:]
+        assert 1 <= len(before) < 4 and "Traceback" not in err
+        server.start()
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    finally:
+        server.stop()
+    d = tmp_path / "served"
+    records = [json.loads(line) for line in gzip.open(d / "trajectories.jsonl.gz", "rt")]
+    assert [r["index"] for r in records] == [0, 1, 2, 3]
+    stored = [json.loads(line) for line in part.read_text().splitlines()]
+    assert sorted(r["index"] for r in stored) == [0, 1, 2, 3]  # nothing duplicated
+    assert all(r in stored for r in before)  # nothing stored before the kill was lost or changed
+    st = load_setting(d / "arrays.npz")
+    assert st.S.shape == (4, 2) and st.meta["engine"]["backend"] == "openai"
+    assert set(st.y.ravel().tolist()) <= {0, 1} and st.meta["indices"] == [0, 1, 2, 3]
+    meta = json.loads((d / "run_meta.json").read_text())
+    usage = meta["sessions"][-1]["usage"]
+    assert usage["judge"]["votes_sent_as"] == "one request with n=M"
+    assert usage["generator"]["http_attempts"] >= sum(usage[r]["requests"] for r in usage)  # one engine, all roles
+    assert all(usage[r]["prompt_tokens"] > 0 and usage[r]["completion_tokens"] > 0 for r in ("generator", "judge"))

@@ -216,7 +216,7 @@ def test_a_window_through_the_openai_backend_stores_what_the_fake_backend_stores
     assert judge["dollars"] == pytest.approx(judge["prompt_tokens"] * 2e-6 + judge["completion_tokens"] * 20e-6)
     gen = usage["generator"]
     assert gen["dollars"] == pytest.approx(gen["prompt_tokens"] * 2e-6 + gen["completion_tokens"] * 10e-6)
-    assert usage["generator"]["votes_sent_as"] == "one request with n=M"
+    assert usage["judge"]["votes_sent_as"] == "one request with n=M" and "votes_sent_as" not in usage["generator"]
     assert meta["engine"]["backend"] == "openai" and meta["engine"]["base_url"] == stub.url
 
 

@@ -77,8 +77,11 @@ class RoleEngine:
         """The role's requests and tokens (``completion_tokens``: generated), and dollars when priced."""
         out = {"requests": self.stats["requests"], "prompt_tokens": self.stats["prompt_tokens"],
                "completion_tokens": self.stats["generated_tokens"]}
-        if self.role == self.first_role and hasattr(self.base, "usage_notes"):
-            out.update(self.base.usage_notes())
+        notes = self.base.usage_notes() if hasattr(self.base, "usage_notes") else {}
+        if self.role == "judge" and "votes_sent_as" in notes:  # how the M votes went to the server
+            out["votes_sent_as"] = notes["votes_sent_as"]
+        if self.role == self.first_role and "http_attempts" in notes:  # the engine's, retries included
+            out["http_attempts"] = notes["http_attempts"]
         if self.prices:
             out["dollars"] = round(self.stats["prompt_tokens"] * self.prices.get("price_prompt", 0.0) / 1e6
                                    + self.stats["generated_tokens"] * self.prices.get("price_completion", 0.0) / 1e6, 6)
