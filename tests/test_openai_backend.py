@@ -9,6 +9,8 @@ store exactly what the fake backend stores."""
 import gzip
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import threading
@@ -40,13 +42,15 @@ class StubServer:
 
     ``script``: statuses answered to the next chat requests in turn (e.g. [429, 429]: two rate limits, then
     answers); ``always``: "500" (every chat request fails), "slow" (answers after ``delay`` s), "ignore_n"
-    (one choice whatever n), "refuse_n" (400 on n > 1); ``api_key``: the Bearer token it requires. Answers
-    come from the fake engine of ``task`` (or "reply m" without a task). Every request is kept in ``seen``.
+    (one choice whatever n), "refuse_n" (400 on n > 1); ``api_key``: the Bearer token it requires;
+    ``models=None``: a server that lists no models and serves any name. Answers come from the fake engine of
+    ``task`` (or "reply m" without a task). Every request is kept in ``seen``.
     """
 
     def __init__(self, task=None, models=(MODEL,), always=None, script=(), api_key=None, delay=0.0):
         self.engine = FakeEngine(task) if task is not None else None
-        self.models, self.always, self.script, self.api_key = list(models), always, list(script), api_key
+        self.models = None if models is None else list(models)
+        self.always, self.script, self.api_key = always, list(script), api_key
         self.delay, self.seen, self.lock = delay, [], threading.Lock()
         self.in_flight = self.max_in_flight = 0
         stub = self
@@ -74,7 +78,7 @@ class StubServer:
             def do_GET(self):
                 if not self._authorized():
                     return
-                if self.path.rstrip("/").endswith("/models"):
+                if self.path.rstrip("/").endswith("/models") and stub.models is not None:
                     self._send(200, {"object": "list", "data": [{"id": m, "object": "model", "created": 0,
                                                                   "owned_by": "stub"} for m in stub.models]})
                 else:
@@ -100,7 +104,7 @@ class StubServer:
                     code = status or 500
                     self._send(code, {"error": {"message": f"scripted {code}"}}, [("retry-after-ms", "1")])
                     return
-                if body["model"] not in stub.models:
+                if stub.models is not None and body["model"] not in stub.models:
                     self._send(404, {"error": {"message": f"The model `{body['model']}` does not exist."}})
                     return
                 n = body.get("n") or 1
@@ -388,3 +392,53 @@ def test_each_role_may_name_its_own_server(tmp_path, stub_factory):
     assert meta["engine"]["base_url"] == gen.url
     assert meta["engine"]["other_roles"]["judge"]["base_url"] == judge.url
     assert meta["engine"]["other_roles"]["repairer"] == {"same_engine_as": "generator"}
+
+
+# ---- the commands of docs/scale.md ----------------------------------------------------------------------
+
+
+def scale_commands():
+    """Every ``python -m vrr generate`` line of docs/scale.md's bash blocks, continuation lines joined, with
+    the number of its block."""
+    text = (REPO / "docs" / "scale.md").read_text()
+    out = []
+    for number, block in enumerate(re.findall(r"```bash\n(.*?)```", text, re.S)):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("  #")[0].strip()
+            if line.startswith("python -m vrr generate"):
+                out.append((number, line))
+    return out
+
+
+def test_the_commands_of_docs_scale_run(tmp_path, stub_factory):
+    """Each command as written, on a small window: a stub server on 127.0.0.1 stands in for every address (the
+    judge's requires the key the page exports), the in-process commands run with the fake backend."""
+    commands = scale_commands()
+    assert len(commands) >= 7
+    stubs: dict = {}
+    env = dict(os.environ, PYTHONPATH=str(REPO), JUDGE_API_KEY="judge-key-for-the-test")
+    last = {}
+    for block, line in commands:
+        args = shlex.split(line)[1:]
+        setting = args[3]
+        task = get_task(load_config(setting)["task"])
+        for i, arg in enumerate(args):
+            for url in re.findall(r"https?://[^\s,]+", arg):
+                if url not in stubs:
+                    stubs[url] = stub_factory(task=task, models=None,
+                                              api_key="judge-key-for-the-test" if url.startswith("https") else None)
+                args[i] = arg.replace(url, stubs[url].url)
+        if "--backend" not in args:
+            args += ["--backend", "fake"]
+        small = ["--n", "2", "--probe-n", "2", "--out-root", str(tmp_path / f"block{block}"), "--no-progress"]
+        if "--finalize-only" not in args:
+            small += ["--set", "K_max=1", "--set", "M=2"]
+        proc = subprocess.run([sys.executable, *args, *small], cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, f"docs/scale.md: {line}\n{proc.stderr[-3000:]}"
+        last[line] = proc.stdout.strip().splitlines()[-1]
+        assert last[line] == ("partial" if "--shard 0/" in line else "complete"), line
+    # the shards merged; the hosted judge got the judge's requests (with its key: the stub refuses others)
+    assert [v for k, v in last.items() if "--finalize-only" in k] == ["complete"]
+    judge = next(s for url, s in stubs.items() if url.startswith("https"))
+    assert judge.chat_requests() and {b["model"] for b in judge.chat_requests()} == {"gpt-4o-mini"}

@@ -35,16 +35,17 @@ def serve_command(model: str, port: int, host: str = "127.0.0.1", max_model_len:
     """The command of an OpenAI-compatible vLLM server for ``model``, served under that name.
 
     ``extra``: further server arguments, e.g. ``["--data-parallel-size", "8"]`` or
-    ``["--tensor-parallel-size", "2"]``. On CPU, eager mode (no start-up compilation, as in-process)."""
-    from .backend import gpu_available
+    ``["--tensor-parallel-size", "2"]``. On CPU, the in-process engine's eager mode (no start-up
+    compilation) and dtype."""
+    from .backend import default_dtype, gpu_available
     from .models import resolve_model
 
     path, _ = resolve_model(model)
     cmd = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path,
            "--served-model-name", model, "--host", host, "--port", str(port), "--max-model-len", str(max_model_len),
            "--seed", str(seed)]
-    if not gpu_available():
-        cmd.append("--enforce-eager")
+    if not gpu_available():  # the in-process CPU engine's choices (vrr.loop.engine.backend)
+        cmd += ["--enforce-eager", "--dtype", default_dtype("vllm-cpu")]
     return cmd + list(extra)
 
 
