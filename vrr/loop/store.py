@@ -589,15 +589,9 @@ def run_lock(lock_path: Path) -> Iterator[dict]:
     kernel releases the lock when the holder exits, however it exits. ``lock_path`` is a parameter
     so that parts of a run (one lock per shard) can be locked separately.
     """
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RunLockedError(lock_path, f"the run is locked by {_lock_holder(fd)}: another generator is "
-                                            f"writing {lock_path.parent}. Wait for it to finish or stop it; "
-                                            "two generators on one run would both run the whole window.") from None
+    busy = ("another generator is writing {dir}. Wait for it to finish or stop it; two generators on one run "
+            "would both run the whole window.")
+    with _flock(lock_path, fcntl.LOCK_EX, busy) as fd:
         holder = {"pid": os.getpid(), "host": socket.gethostname(),
                   "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         os.ftruncate(fd, 0)
@@ -607,29 +601,34 @@ def run_lock(lock_path: Path) -> Iterator[dict]:
             yield holder
         finally:
             os.ftruncate(fd, 0)  # the file is left in place: unlinking a flock file races with a new holder
+
+
+@contextmanager
+def _flock(lock_path: Path, mode: int, busy: str) -> Iterator[int]:
+    """``flock(mode)`` on ``lock_path`` without waiting, for the block; held by another process, a
+    :class:`RunLockedError` naming the holder, followed by ``busy`` (``{dir}``: the run's folder)."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunLockedError(lock_path, f"the run is locked by {_lock_holder(fd)}: "
+                                            + busy.format(dir=lock_path.parent)) from None
+        try:
+            yield fd
+        finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
 
 
 @contextmanager
-def _shared_lock(lock_path: Path) -> Iterator[None]:
+def _shared_lock(lock_path: Path) -> Iterator[int]:
     """A shared ``flock`` on the run's lock: shards run side by side, a whole-run generator waits for none."""
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RunLockedError(lock_path, f"the run is locked by {_lock_holder(fd)}, a generator of the whole "
-                                            f"window: a shard would run instances it runs too. Wait for it to "
-                                            "finish or stop it.") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+    with _flock(lock_path, fcntl.LOCK_SH, "a generator of the whole window; a shard would run instances it runs "
+                                          "too. Wait for it to finish or stop it.") as fd:
+        yield fd
 
 
 @contextmanager
