@@ -64,6 +64,13 @@ def test_extraction_step(text, calls):
     assert extract_calls(text) == calls
 
 
+def test_positional_arguments_are_named_by_the_documentation():
+    params = {"cat": ["file_name"], "cp": ["source", "destination"]}
+    got = bfcl_multi.name_positional("[cat('a.txt'), cp('a', destination='b'), cp('a', 'b', 'c'), ls(1)]", params)
+    assert got == "[cat(file_name='a.txt'), cp(source='a', destination='b'), cp('c', source='a', destination='b'), ls(1)]"
+    assert bfcl_multi.name_positional("not [ a call", params) == "not [ a call"
+
+
 def test_extraction_only_parses(tmp_path):
     marker = tmp_path / "never"
     text = f"[cd(folder=__import__('os').system('touch {marker}'))]"

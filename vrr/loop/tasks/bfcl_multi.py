@@ -262,6 +262,30 @@ def extract_calls(text) -> str | None:
     return "[" + ", ".join(calls) + "]" if calls else None
 
 
+def name_positional(call_list: str | None, params: dict) -> str | None:
+    """The last part of the extraction step, once the problem is known: positional arguments named by
+    the documentation's parameter order (bfcl-eval's decoder reads keywords only and would drop them).
+    Arguments beyond the documented ones stay positional; text that does not parse is returned as is."""
+    if not call_list:
+        return call_list
+    try:
+        tree = ast.parse(call_list, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return call_list
+    elts = tree.elts if isinstance(tree, (ast.List, ast.Tuple)) else [tree]
+    if not all(isinstance(e, ast.Call) for e in elts):
+        return call_list
+    out = []
+    for node in elts:
+        names = params.get(node.func.id, []) if isinstance(node.func, ast.Name) else []
+        given = {k.arg for k in node.keywords}
+        free = [n for n in names if n not in given]
+        named = [ast.keyword(arg=n, value=a) for n, a in zip(free, node.args)]
+        node = ast.Call(func=node.func, args=node.args[len(named):], keywords=named + list(node.keywords))
+        out.append(ast.unparse(node))
+    return "[" + ", ".join(out) + "]"
+
+
 def render_plan(turns: list[list[str]]) -> str:
     """A trajectory as plan text: one ``Turn k: [call, ...]`` line per user turn."""
     return "\n".join(TURN_LINE.format(k=k) + "[" + ", ".join(calls) + "]" for k, calls in enumerate(turns, 1))
@@ -345,11 +369,12 @@ def run_sandboxed(items: list[tuple[dict, Problem]]) -> list[dict | None]:
 
 
 def trajectory(answer, problem: Problem) -> list[str | None]:
-    """Per user turn of the problem, the call-list text the plan gives it (None: no call)."""
+    """Per user turn of the problem, the call-list text the plan gives it (None: no call), positional
+    arguments named (:func:`name_positional`)."""
     by_turn = {}
     for k, calls in answer or []:
         by_turn.setdefault(int(k), calls)
-    return [by_turn.get(k) for k in range(1, problem.n_turns + 1)]
+    return [name_positional(by_turn.get(k), problem.answer["params"]) for k in range(1, problem.n_turns + 1)]
 
 
 _VERDICTS: dict[str, dict] = {}
@@ -468,17 +493,9 @@ def make_perturbation(problem: Problem, seed: int, kind: str = "auto") -> dict:
 
 
 # --------------------------------------------------------------------------- synthetic plans
-def keyword_call(call: str, params: dict) -> str:
-    """A possible-answer call with its positional arguments named (bfcl-eval's decoder reads keywords
-    only; the documentation gives the order)."""
-    node = ast.parse(call, mode="eval").body
-    names = params.get(node.func.id, [])
-    kws = [ast.keyword(arg=names[i], value=a) for i, a in enumerate(node.args)] + list(node.keywords)
-    return ast.unparse(ast.Call(func=node.func, args=[], keywords=kws))
-
-
 def ground_truth_plan(problem: Problem) -> list[list[str]]:
-    return [[keyword_call(c, problem.answer["params"]) for c in turn] for turn in problem.ground_truth]
+    """The possible answer's calls per turn, positional arguments named (:func:`name_positional`)."""
+    return [[name_positional(c, problem.answer["params"])[1:-1] for c in turn] for turn in problem.ground_truth]
 
 
 def synthetic_plan(problem: Problem, correct: bool) -> str:
@@ -585,7 +602,7 @@ class BFCLMulti(Task):
                     break  # the context is full: this turn and the next ones get no more calls
                 reply = yield [dict(m) for m in messages]
                 messages.append({"role": "assistant", "content": reply or ""})
-                calls = decode([extract_calls(reply)])[0]
+                calls = decode([name_positional(extract_calls(reply), problem.answer["params"])])[0]
                 if not calls:
                     break
                 results = replay([(done + [calls_t + calls], problem)])[0]
