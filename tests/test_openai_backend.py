@@ -31,6 +31,7 @@ from vrr.loop.engine.openai_backend import VLLM_PREFILL_BODY, ServerError, reque
 from vrr.loop.runner import generate  # noqa: E402
 from vrr.loop.store import read_run_meta  # noqa: E402
 from vrr.loop.tasks import get_task  # noqa: E402
+from vrr.loop.tasks.bfcl import checker_available  # noqa: E402
 from vrr.settings import SettingConfigError, load_config  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -164,12 +165,17 @@ CONV = [{"role": "user", "content": "Say something."}]
 # ---- a whole window through the openai client equals the fake backend's -------------------------------
 
 
+SPLIT = {"gsm8k": "test", "mbpp": "test", "math500": "test", "bfcl_single": "python", "bfcl_multi": "base"}
+
+
 def small_cfg(setting, backend, task="gsm8k", **over):
-    split = {"gsm8k": "test", "mbpp": "test"}[task]
-    o = {"task": task, "window.split": split, "window.N": 4, "K_max": 1, "M": 4, "probe.n": 3 if task == "gsm8k" else 0,
-         "engine.batch_size": 2, "engine.backend": backend, "models.generator": MODEL, "models.judge": MODEL,
-         "models.repairer": MODEL, **over}
-    cfg = load_config("gsm8k_cpu_favorable", overrides=o)
+    """A small window of ``task`` (BFCL multi-turn from its own setting, without its PM edits)."""
+    o = {"task": task, "window.split": SPLIT[task], "window.N": 4, "K_max": 1, "M": 4,
+         "probe.n": 3 if task == "gsm8k" else 0, "engine.batch_size": 2, "engine.backend": backend,
+         "models.generator": MODEL, "models.judge": MODEL, "models.repairer": MODEL, **over}
+    if task == "bfcl_multi":
+        o.update({"window.N": 2, "perturbation.regime": "favorable", "perturbation.edit": "none"})
+    cfg = load_config("bfcl_multi_cpu" if task == "bfcl_multi" else "gsm8k_cpu_favorable", overrides=o)
     return cfg, run_config(cfg, setting=setting)
 
 
@@ -178,9 +184,13 @@ def arrays_members(path):
         return {k: z[k].tobytes() for k in z.files if k != "meta"}
 
 
-@pytest.mark.parametrize("task, verifier", [("gsm8k", "llm_judge"), ("mbpp", "llm_asserts")])
+@pytest.mark.parametrize("task, verifier", [("gsm8k", "llm_judge"), ("mbpp", "llm_asserts"), ("math500", "llm_judge"),
+                                           ("bfcl_single", "llm_judge"), ("bfcl_multi", "executor")])
 def test_a_window_through_the_openai_backend_stores_what_the_fake_backend_stores(tmp_path, stub_factory, task,
                                                                                  verifier):
+    """Every task, MBPP's prefilled asserts and BFCL's multi-turn steps included."""
+    if task.startswith("bfcl") and not checker_available():
+        pytest.skip("the bfcl-eval venv is missing: bash scripts/install_bfcl_eval.sh")
     t = get_task(task)
     stub = stub_factory(task=t)
     _, fake_cfg = small_cfg("run", "fake", task, **{"verifier.kind": verifier})

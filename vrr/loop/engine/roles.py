@@ -88,6 +88,8 @@ class RoleEngine:
         return out
 
     def __getattr__(self, name):  # model_path, llm, backend, ...: the engine's own
+        if name == "base":  # not set yet (a copy under construction): no recursion
+            raise AttributeError(name)
         return getattr(self.base, name)
 
 
