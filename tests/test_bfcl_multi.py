@@ -56,6 +56,8 @@ def sample(problems):
     ("[GorillaFileSystem.cd(folder='x')]", "[cd(folder='x')]"),
     ("cd(params={'folder': 'x'})", "[cd(folder='x')]"),
     ('<tool_call>\n{"name": "cd", "arguments": {"folder": "x"}}\n</tool_call>', "[cd(folder='x')]"),
+    ('```json\n[{"function": "cd", "parameters": {"folder": "x"}}, {"name": "ls", "arguments": {}}]\n```',
+     "[cd(folder='x'), ls()]"),
     ("I moved the file. The task is complete.", None),
     ("", None),
     ("The call cd(folder='x') is not at a line start", None),

@@ -178,19 +178,25 @@ WRAPPER_KEYWORDS = ("params", "parameters", "arguments")
 
 
 def _json_calls(text: str) -> list[str]:
-    """Calls written as JSON objects ``{"name": f, "arguments": {...}}`` (Qwen's tool-call format)."""
+    """Calls written as JSON objects ``{"name": f, "arguments": {...}}`` (Qwen's tool-call format) or
+    ``{"function": f, "parameters": {...}}`` (bfcl-eval's JSON format): in ``<tool_call>`` blocks, else in
+    fenced blocks or the whole text when that is one JSON value."""
     out = []
-    for block in _TOOL_CALL.findall(text):
+    blocks = _TOOL_CALL.findall(text) or [b for b in _FENCE.findall(text) if b.strip()] or [text]
+    for block in blocks:
         try:
             obj = json.loads(block)
         except ValueError:
             continue
         for o in obj if isinstance(obj, list) else [obj]:
-            if isinstance(o, dict) and isinstance(o.get("name"), str):
+            if not isinstance(o, dict):
+                continue
+            name = o.get("name", o.get("function"))
+            if isinstance(name, str):
                 args = o.get("arguments", o.get("parameters", {}))
-                if isinstance(args, dict) and re.fullmatch(r"[A-Za-z_]\w*", o["name"]):
+                if isinstance(args, dict) and re.fullmatch(r"[A-Za-z_]\w*", name):
                     body = ", ".join(f"{k}={v!r}" for k, v in args.items() if re.fullmatch(r"[A-Za-z_]\w*", str(k)))
-                    out.append(f"{o['name']}({body})")
+                    out.append(f"{name}({body})")
     return out
 
 
@@ -243,7 +249,8 @@ def _region_calls(text: str) -> list[str]:
 def extract_calls(text) -> str | None:
     """The extraction step in front of bfcl-eval's decoder, for one model step (stated in docs/tasks.md):
 
-    1. ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, when there are any;
+    1. calls written as JSON (``{"name": ..., "arguments": {...}}`` or ``{"function": ..., "parameters": ...}``)
+       in ``<tool_call>`` blocks, else in fenced blocks or as the whole text, when there are any;
     2. else the fenced code blocks (all of them, in order), else the whole text;
     3. in each: the first bracketed list of calls that parses as Python, else every line that starts with a
        call (``1.`` / ``-`` list markers allowed), each cut at its balancing bracket;
