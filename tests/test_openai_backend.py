@@ -452,3 +452,9 @@ def test_the_commands_of_docs_scale_run(tmp_path, stub_factory):
     assert [v for k, v in last.items() if "--finalize-only" in k] == ["complete"]
     judge = next(s for url, s in stubs.items() if url.startswith("https"))
     assert judge.chat_requests() and {b["model"] for b in judge.chat_requests()} == {"gpt-4o-mini"}
+
+
+def test_a_process_reward_model_is_refused_by_the_openai_backend(stub_factory):
+    stub = stub_factory()
+    with pytest.raises(ServerError, match="verifier kind 'prm'.*in-process"):
+        engine_for(stub, reward_model=True)

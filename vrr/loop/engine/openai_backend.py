@@ -59,8 +59,8 @@ class OpenAIEngine:
             raise ServerError("backend 'openai' needs engine.base_url (the server's /v1 address), "
                              "e.g. --set engine.base_url=http://127.0.0.1:8000/v1")
         if reward_model:
-            raise ValueError(f"verifier kind 'prm' scores steps with vLLM's pooling runner, which the openai backend "
-                             f"does not drive: run the process reward model in-process (engine.backend vllm)")
+            raise ServerError(f"verifier kind 'prm' scores steps with vLLM's pooling runner, which the openai backend "
+                              "does not drive: run the process reward model in-process (engine.backend vllm)")
         if n not in N_MODES:
             raise ValueError(f"engine.n must be one of {N_MODES}, got {n!r}")
         if prefill not in PREFILL_MODES:

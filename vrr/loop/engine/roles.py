@@ -127,8 +127,8 @@ def make_role_engines(models: Mapping[str, str], backend: str, task, seed: int =
                 extra.update({k: opts[k] for k in OPENAI_FIELDS if opts.get(k) is not None})
             elif backend != "fake":
                 extra.update({k: opts[k] for k in VLLM_FIELDS if opts.get(k) is not None})
-                if any(models[r] == model for r in reward_roles):
-                    extra["reward_model"] = True
+            if backend != "fake" and any(models[r] == model for r in reward_roles):
+                extra["reward_model"] = True  # the openai backend refuses it by name
             by_key[key] = (make_engine(model, backend=backend, seed=seed, max_model_len=max_model_len, task=task,
                                        **extra), role)
         engine, first = by_key[key]
