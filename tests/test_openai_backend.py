@@ -5,7 +5,7 @@ server without ``n``, one that refuses ``n``, a wrong model name, a refused conn
 end in the right answer or in one clear error that names the server.
 
 The stub answers chat requests with the fake engine (vrr.loop.engine.fake), so a run through the stub must
-store exactly what the fake backend stores."""
+store exactly what the fake backend stores. The ``openai`` client is part of the test extra."""
 import gzip
 import json
 import os
@@ -21,18 +21,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("openai")
-
-from vrr.data import load_setting  # noqa: E402
-from vrr.label import finalize_setting  # noqa: E402
-from vrr.loop.config import run_config  # noqa: E402
-from vrr.loop.engine import FakeEngine, make_engine  # noqa: E402
-from vrr.loop.engine.openai_backend import VLLM_PREFILL_BODY, ServerError, request_seed  # noqa: E402
-from vrr.loop.runner import generate  # noqa: E402
-from vrr.loop.store import read_run_meta  # noqa: E402
-from vrr.loop.tasks import get_task  # noqa: E402
-from vrr.loop.tasks.bfcl import checker_available  # noqa: E402
-from vrr.settings import SettingConfigError, load_config  # noqa: E402
+from vrr.data import load_setting
+from vrr.label import finalize_setting
+from vrr.loop.config import run_config
+from vrr.loop.engine import FakeEngine, make_engine
+from vrr.loop.engine.openai_backend import VLLM_PREFILL_BODY, ServerError, request_seed
+from vrr.loop.runner import generate
+from vrr.loop.store import read_run_meta
+from vrr.loop.tasks import get_task
+from vrr.loop.tasks.bfcl import checker_available
+from vrr.settings import SettingConfigError, load_config
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "stub-model"
