@@ -47,6 +47,19 @@ def require_adapter_library(name: str):
 _REMOTE: list = []
 
 
+@pytest.fixture(scope="session")
+def bfcl_venv():
+    """bfcl-eval's own venv is installed, or a skip (a failure under VRR_REQUIRE_BFCL=1) naming the install command."""
+    from vrr.loop.tasks import bfcl
+
+    try:
+        bfcl.bfcl_python()
+    except bfcl.BFCLCheckerMissing as exc:
+        if os.environ.get("VRR_REQUIRE_BFCL") == "1":
+            pytest.fail(f"VRR_REQUIRE_BFCL=1 but {exc}")
+        pytest.skip(f"bfcl-eval venv missing: {exc}")
+
+
 def _audit(event, args):
     if event == "socket.connect":
         address = args[1]

@@ -5,7 +5,6 @@ read from ../shared/data at test time; none is written here.
 Without the bfcl-eval venv the checker tests skip, unless VRR_REQUIRE_BFCL=1 (CI), where they fail."""
 import ast
 import json
-import os
 import sys
 import threading
 from pathlib import Path
@@ -30,14 +29,8 @@ def problems(task):
 
 
 @pytest.fixture(scope="module")
-def checker():
-    """The real checker, or a skip (a failure under VRR_REQUIRE_BFCL=1) naming the install command."""
-    try:
-        bfcl.bfcl_python()
-    except bfcl.BFCLCheckerMissing as exc:
-        if os.environ.get("VRR_REQUIRE_BFCL") == "1":
-            pytest.fail(f"VRR_REQUIRE_BFCL=1 but {exc}")
-        pytest.skip(f"bfcl-eval venv missing: {exc}")
+def checker(bfcl_venv):
+    """The real checker (the ``bfcl_venv`` fixture skips, or fails under VRR_REQUIRE_BFCL=1, without it)."""
     return bfcl.checker()
 
 

@@ -6,26 +6,19 @@ Problems and possible answers are read from the installed bfcl-eval at test time
 Without the bfcl-eval venv these tests skip, unless VRR_REQUIRE_BFCL=1 (CI), where they fail."""
 import ast
 import json
-import os
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from vrr.loop.tasks import bfcl, bfcl_multi, get_task
+from vrr.loop.tasks import bfcl_multi, get_task
 from vrr.loop.tasks.bfcl_multi import extract_answer, extract_calls, render_plan
 from vrr.loop.tasks.bfcl_multi_exec import refusal
 
 
 @pytest.fixture(scope="module")
-def task():
-    try:
-        bfcl.bfcl_python()
-    except bfcl.BFCLCheckerMissing as exc:
-        if os.environ.get("VRR_REQUIRE_BFCL") == "1":
-            pytest.fail(f"VRR_REQUIRE_BFCL=1 but {exc}")
-        pytest.skip(f"bfcl-eval venv missing: {exc}")
+def task(bfcl_venv):
     return get_task("bfcl_multi")
 
 
