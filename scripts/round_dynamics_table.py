@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """VRR-Stop with round-dependent alpha_t, beta_t (VRR-Stop-t) against VRR-Stop, TPM and hindsight on every
-committed setting (the simulated settings and the committed real windows), issue 12 item 3.
+committed setting (the simulated settings and the committed real windows).
 
 Per setting, with the calibration 03_calibrate saved (5-fold cross-fit, the same folds for every column):
 
