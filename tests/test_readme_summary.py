@@ -1,0 +1,53 @@
+"""The README's result tables quote the committed results (vrr.report.summary, scripts/readme_tables.py)."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vrr.report.summary import BEGIN, END, readme_summary, splice
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_readme_quotes_the_committed_results():
+    """Fails when a rebuilt results/ moved a number the README still shows (rerun scripts/readme_tables.py)."""
+    text = (REPO / "README.md").read_text()
+    assert splice(text, readme_summary(REPO / "results")) == text
+
+
+def test_a_changed_result_shows_in_the_tables(tmp_path):
+    """The block is read from stats.json and calibration.json, so a moved V moves the README."""
+    for run in ("mbpp_cpu_favorable", "sim_qwen3b_pmstress"):
+        shutil.copytree(REPO / "results" / run, tmp_path / run,
+                        ignore=shutil.ignore_patterns("*.ipynb", "*.npz"))
+    before = readme_summary(tmp_path)
+    assert "| MBPP CPU fav. | 200 |" in before and "| Qwen-3B stress (sim.) |" in before
+    stats = json.loads((tmp_path / "mbpp_cpu_favorable" / "stats.json").read_text())
+    row = next(r for r in stats["policy_table"] if r["policy"] == "VRR-Stop")
+    row["V"] = 0.999
+    (tmp_path / "mbpp_cpu_favorable" / "stats.json").write_text(json.dumps(stats))
+    after = readme_summary(tmp_path)
+    assert after != before and "0.999 [" in after
+
+
+def test_splice_needs_both_markers():
+    with pytest.raises(ValueError, match="README.md: needs one"):
+        splice("no markers here", "x\n")
+    with pytest.raises(ValueError, match="needs one"):
+        splice(f"{END}\n{BEGIN}\n", "x\n")
+    assert splice(f"a\n{BEGIN}\nold\n{END}\nb\n", "new\n") == f"a\n{BEGIN}\nnew\n{END}\nb\n"
+
+
+def test_check_mode_reports_a_stale_readme(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n{BEGIN}\nstale\n{END}\n")
+    script = [sys.executable, str(REPO / "scripts" / "readme_tables.py"), "--readme", str(readme)]
+    stale = subprocess.run([*script, "--check"], capture_output=True, text=True)
+    assert stale.returncode == 1 and "differ" in stale.stderr
+    subprocess.run(script, check=True)
+    assert subprocess.run([*script, "--check"]).returncode == 0
