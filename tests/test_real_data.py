@@ -15,12 +15,15 @@ from vrr.data import load_setting
 from vrr.label import finalize_setting
 from vrr.loop.config import from_stored
 from vrr.loop.store import RunPaths
+from vrr.loop.tasks import get_task, mbpp
+from vrr.loop import testcheck
 from vrr.settings import load_config
 
 REPO = Path(__file__).resolve().parent.parent
 REAL = REPO / "data" / "real"
 # Every frozen real window this repository commits (a finished window has its arrays file).
 COMMITTED = sorted(p.parent.name for p in REAL.glob("*/arrays.npz"))
+SANDBOX_SAMPLE = 4  # plans per label per MBPP window that really run in the sandbox
 
 
 def test_the_real_windows_of_every_task_are_committed():
@@ -47,11 +50,64 @@ def test_frozen_window_is_complete(name):
         assert [json.loads(line)["index"] for line in f] == st.meta["indices"]
 
 
+def _records(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        return [json.loads(line) for line in f]
+
+
+def _stored_label_items(name: str) -> list[tuple[dict, object, int]]:
+    """(round record or probe record, problem, stored label) of every plan a window's arrays label."""
+    cfg = json.loads((REAL / name / "config.json").read_text())
+    task = get_task(cfg["dataset"])
+    st = load_setting(REAL / name / "arrays.npz")
+    items = [(rd, task.problem(r["split"], r["index"]), int(st.y[i, k]))
+             for i, r in enumerate(_records(REAL / name / "trajectories.jsonl.gz")) for k, rd in enumerate(r["rounds"])]
+    probe = REAL / (cfg.get("probe_from") or name) / "probe.jsonl.gz"
+    if st.probe_y is not None and probe.exists():
+        items += [(r, task.problem(r["split"], r["index"]), int(v)) for r, v in zip(_records(probe), st.probe_y)]
+    return items
+
+
+def _replay_stored_sandbox_verdicts(monkeypatch, name: str) -> None:
+    """Make MBPP's label batches answer from the window's stored labels: the same code on the same tests
+    gets its stored verdict, any other code still runs in the sandbox. The sandbox itself is checked by
+    :func:`test_a_sample_of_mbpp_labels_reruns_in_the_sandbox`."""
+    verdicts: dict[tuple, int] = {}
+    for rd, problem, label in _stored_label_items(name):
+        if isinstance(rd.get("answer"), str):
+            key = (rd["answer"], tuple(problem.answer.tests))
+            assert verdicts.setdefault(key, label) == label, f"{name}: one code, two stored labels ({problem.index})"
+
+    def run_tests(items, rule=mbpp.LABEL_RULE, **options):
+        assert rule is mbpp.LABEL_RULE, "labels run under the label rule"
+        out: list = [None] * len(items)
+        fresh = []
+        for i, (code, _imports, tests) in enumerate(items):
+            label = verdicts.get((code, tuple(tests)))
+            if label is None:
+                fresh.append(i)
+            else:
+                out[i] = testcheck.TestOutcome(bool(label), "" if label else "stored label: a test failed")
+        for i, res in zip(fresh, real_run_tests([items[i] for i in fresh], rule=rule, **options)):
+            out[i] = res
+        return out
+
+    real_run_tests = mbpp.run_tests
+    monkeypatch.setattr(mbpp, "run_tests", run_tests)
+
+
 @pytest.mark.parametrize("name", COMMITTED)
-def test_labels_rederive_from_stored_text(name, tmp_path):
-    """Relabel the committed text (final .gz files only): the arrays file comes out byte-identical."""
+def test_labels_rederive_from_stored_text(name, tmp_path, monkeypatch):
+    """Relabel the committed text (final .gz files only): the arrays file comes out byte-identical.
+
+    Guards the whole relabeling path (vote parsing into S, answer -> label order, the probe and its
+    owner, the window's meta, the gzip bytes). MBPP's sandboxed unit tests answer from the stored labels
+    of the same code (the sandbox run of a sample is the next test's job); a code string the stored
+    records do not hold still runs in the sandbox, so a changed answer extraction is labeled for real."""
     src = REAL / name
     cfg = from_stored(json.loads((src / "config.json").read_text()))
+    if cfg.dataset == "mbpp":
+        _replay_stored_sandbox_verdicts(monkeypatch, name)
     work = tmp_path / name
     work.mkdir()
     for f in ("config.json", "run_meta.json"):
@@ -70,6 +126,26 @@ def test_labels_rederive_from_stored_text(name, tmp_path):
     new, old = load_setting(work / "arrays.npz"), load_setting(src / "arrays.npz")
     np.testing.assert_array_equal(new.S, old.S)  # (implied by the bytes; kept as the readable statement)
     np.testing.assert_array_equal(new.probe_y, old.probe_y)
+
+
+MBPP_WINDOWS = [n for n in COMMITTED if json.loads((REAL / n / "config.json").read_text())["dataset"] == "mbpp"]
+
+
+@pytest.mark.parametrize("name", MBPP_WINDOWS)
+def test_a_sample_of_mbpp_labels_reruns_in_the_sandbox(name):
+    """A fixed sample of each MBPP window's stored plans, labeled for real (bubblewrap sandbox, label rule,
+    every hash seed): the labels equal the committed ones. Guards what the relabel test replays from the
+    stored labels: a sandbox, test-harness or label-rule regression changes a sampled label. The sample
+    takes plans of both labels that carry code, so every one of them runs in the sandbox."""
+    rng = np.random.default_rng(sum(map(ord, name)))
+    items = [(rd, p, y) for rd, p, y in _stored_label_items(name) if isinstance(rd.get("answer"), str)]
+    sample = []
+    for label in (1, 0):
+        pool = [it for it in items if it[2] == label]
+        assert len(pool) >= SANDBOX_SAMPLE, f"{name}: fewer than {SANDBOX_SAMPLE} plans labeled {label} carry code"
+        sample += [pool[i] for i in rng.choice(len(pool), SANDBOX_SAMPLE, replace=False)]
+    labels = get_task("mbpp").label_rounds([(rd, p) for rd, p, _ in sample])
+    assert labels == [y for _, _, y in sample]
 
 
 @pytest.mark.chain
