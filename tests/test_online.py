@@ -63,10 +63,9 @@ def test_controller_reproduces_offline_policies_on_committed_settings(name, chai
 inner = st.floats(0.01, 0.99)
 
 
-@settings(max_examples=60, deadline=None)
-@given(vote_problems(), st.sampled_from([0.0, 0.05, -0.02]), st.integers(0, 6), st.booleans())
-def test_controller_equals_offline_on_random_trajectories(problem, tau, delta, stop_mode):
-    M, k_max, S, params, box = problem
+def _assert_controller_equals_offline(M, k_max, S, params, box, tau, delta, stop_mode, grid=None):
+    """VRR-Stop, VRR-Guard and Algorithm 1 run round by round commit the same round as the vectorized
+    policies; Algorithm 1's B_k on both sides from the same ``grid`` (None: each side's default)."""
     common = dict(M=M, k_max=k_max, delta=delta, tau=tau, **params)
     stop = run_controller(OnlineController.from_parameters(policy="vrr_stop", **common), S).outcome
     expected = P.vrr_stop(S, M, tau=tau, **params)
@@ -75,12 +74,36 @@ def test_controller_equals_offline_on_random_trajectories(problem, tau, delta, s
     guard = run_controller(OnlineController.from_parameters(policy="vrr_guard", **common), S).outcome
     assert guard.committed.tolist() == P.vrr_guard(S, delta).committed.tolist()
     assert guard.rounds_used.tolist() == [k_max] * S.shape[0]
-    ctl = OnlineController.from_parameters(policy="algorithm1", intervals=box, stop_mode=stop_mode, **common)
+    grid_kw = {} if grid is None else {"grid": grid}
+    ctl = OnlineController.from_parameters(policy="algorithm1", intervals=box, stop_mode=stop_mode, **grid_kw, **common)
     alg = run_controller(ctl, S).outcome
-    _, radius = error_radius(S, M, params, box)
+    g_hat, radius = error_radius(S, M, params, box, **grid_kw)
     expected = P.algorithm1(S, M, radius=radius, stop_mode=stop_mode, delta=delta, tau=tau, **params)
     assert alg.committed.tolist() == expected.committed.tolist()
     assert alg.rounds_used.tolist() == expected.rounds_used.tolist()
+    return g_hat, radius
+
+
+@settings(max_examples=60, deadline=None)
+@given(vote_problems(), st.sampled_from([0.0, 0.05, -0.02]), st.integers(0, 6), st.booleans(), st.sampled_from([2, 3]))
+def test_controller_equals_offline_on_random_trajectories(problem, tau, delta, stop_mode, grid):
+    """Random problems, parameters and boxes. B_k's grid is 2 or 3 levels per parameter on both sides: the
+    controller's per-point beliefs and the offline radius walk the same points whatever the level count, and
+    the 5-level default (3,125 points, seconds per offline radius) is the next test's one fixed problem."""
+    M, k_max, S, params, box = problem
+    _assert_controller_equals_offline(M, k_max, S, params, box, tau, delta, stop_mode, grid)
+
+
+def test_controller_equals_offline_at_the_default_grid():
+    """The default B_k grid (5 levels) of the controller and of ``error_radius`` agree on a problem where
+    Algorithm 1 both commits in Stop mode and falls back to Guard for an unidentifiable sign."""
+    rng = np.random.default_rng(7)
+    S = rng.integers(0, 9, (16, 6))
+    params = dict(rho0=0.3, rho1=0.25, alpha=0.35, beta=0.2, pi=0.45)
+    box = {name: (v - 0.08, v + 0.08) for name, v in params.items()}
+    g_hat, radius = _assert_controller_equals_offline(8, 5, S, params, box, tau=0.0, delta=2, stop_mode=True)
+    commits, unidentifiable = P.algorithm1_step(g_hat[:, :-1], radius[:, :-1])
+    assert commits.any() and unidentifiable.any(), "the problem exercises both Stop-mode branches"
 
 
 @settings(max_examples=40, deadline=None)
