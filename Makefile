@@ -111,7 +111,7 @@ test: env engine-env bfcl-env
 	  $(ENGINE_PY) -m pytest -q -m engine tests/test_engine_real.py
 
 test-fast: env
-	$(PY) -m pytest -q -m "not engine and not chain" tests
+	$(PY) -m pytest -q -m "not engine and not chain and not all_settings" tests
 
 bench: env
 	$(PY) scripts/bench_replay.py

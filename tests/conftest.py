@@ -1,7 +1,13 @@
-"""Shared fixtures. ``chain_results``: a results root with steps 01-03 of the chain (arrays and saved
-calibrations) for every simulated and committed real setting, built by ``make`` as ``make reproduce`` builds
-it. A clone holds only the tables and figures under results/, so tests never read the developer's results/."""
+"""Shared fixtures.
+
+``calibration(name)``: the ``calibration.json`` of any simulated or committed real setting, written by the same
+vrr calls as 01_generate and 03_calibrate but in this process (no papermill, seconds per setting), once per run.
+``chain_results``: one ``make reproduce`` of the small ``CHAIN_SUBSET`` into a temporary root, once per run; the
+tests that use it are marked ``chain`` (``make test-fast`` leaves them out), and tests/test_chain.py checks that
+its calibrations equal the in-process ones. A clone holds only the tables and figures under results/, so tests
+never read the developer's results/."""
 import ipaddress
+import json
 import os
 import subprocess
 import sys
@@ -11,24 +17,85 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
+import vrr
 from vrr.calibration.identifiability import PARAM_NAMES
+from vrr.policies.replay import algorithm1_inputs, load_calibration
 
 REPO = Path(__file__).resolve().parent.parent
 # every setting make reproduce runs: the simulated ones and each committed real window
 CHAIN_SETTINGS = sorted([p.stem for p in (REPO / "settings").glob("sim_*.yaml")]
                         + [p.parent.name for p in (REPO / "data" / "real").glob("*/arrays.npz")])
+# the settings the chain runs through papermill in a test run; between them each kind of input the chain treats
+# differently: a real window with its own probe, one sharing it (votes in stored order), a re-solve window with
+# execution labels (left out of App. D's iterative-feedback table, which the two self-refine windows enter), a
+# simulated setting with known parameters (the TPM reference, the delta ablation) and the non-stationary
+# diagnostic (K_max = 6)
+CHAIN_SUBSET = ("gsm8k_cpu_favorable", "gsm8k_cpu_pmstress", "mbpp_cpu_pmstress", "sim_nonstationary",
+                "sim_qwen3b_pmstress")
+# CHAIN_SETTINGS as test parameters: the ones outside CHAIN_SUBSET are marked all_settings (make test-fast
+# checks the subset, make test every setting)
+EVERY_SETTING = [name if name in CHAIN_SUBSET else pytest.param(name, marks=pytest.mark.all_settings)
+                 for name in CHAIN_SETTINGS]
+CHAIN_RESAMPLES = 200  # 05_stats' bootstrap resamples in the chain fixture (make's default is 10,000)
+
+
+def write_calibration(name: str, results_root: Path, seed: int = 0) -> Path:
+    """01_generate then 03_calibrate of one setting into ``results_root``, as the notebooks call vrr."""
+    cfg = vrr.load_config(name)
+    paths = vrr.setting_paths(cfg, REPO / "data", results_root)
+    arrays = vrr.generate(cfg, paths)   # simulated: drawn into results_root; real: the committed arrays
+    config = vrr.ReplayConfig.from_setting(cfg, seed=seed)
+    summary = vrr.calibration_summary(arrays, config)
+    summary.update({"loop_dynamics": vrr.loop_dynamics(arrays), "arrays_path": str(paths.arrays)})
+    vrr.write_json(paths.calibration, summary)
+    return paths.calibration
+
+
+@pytest.fixture(scope="session")
+def calibration(tmp_path_factory):
+    """``calibration(name)`` -> the path of that setting's calibration.json, built on first use."""
+    root = tmp_path_factory.mktemp("calibrations")
+
+    def path(name: str) -> Path:
+        out = root / name / "calibration.json"
+        return out if out.is_file() else write_calibration(name, root)
+    return path
+
+
+@pytest.fixture(scope="session")
+def committed(calibration):
+    """``committed(name)`` -> (setting, cross-fit, replay config, Algorithm 1 inputs) from ``calibration(name)``,
+    computed once per run (B_k's 3,125-point grid over every instance takes seconds per setting)."""
+    cache: dict = {}
+
+    def inputs(name: str):
+        if name not in cache:
+            path = calibration(name)
+            cf, config = load_calibration(path)
+            setting = vrr.load_setting(REPO / json.loads(path.read_text())["arrays_path"])
+            cache[name] = (setting, cf, config, algorithm1_inputs(setting, cf, config))
+        return cache[name]
+    return inputs
 
 
 @pytest.fixture(scope="session")
 def chain_results(tmp_path_factory) -> Path:
+    """``make -j2 reproduce`` of CHAIN_SUBSET (steps 01-06, index) into a temporary root, as a user runs it."""
     root = tmp_path_factory.mktemp("chain_results")
-    targets = [str(root / name / "03_calibrate.ipynb") for name in CHAIN_SETTINGS]
-    proc = subprocess.run(["make", "--no-print-directory", "-j2", f"RESULTS={root}", *targets], cwd=REPO,
-                          capture_output=True, text=True, timeout=1800)
+    cmd = ["make", "--no-print-directory", "-j2", "reproduce", f"RESULTS={root}", f"SETTINGS={' '.join(CHAIN_SUBSET)}",
+           f"RESAMPLES={CHAIN_RESAMPLES}", "FLIP_REPS=2", "FLIP_EVAL=60"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    missing = [n for n in CHAIN_SETTINGS if not (root / n / "calibration.json").is_file()]
-    assert not missing, f"make wrote no calibration for {missing}"
+    assert "make reproduce:" in proc.stdout
     return root
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """A test that uses the chain fixture is a chain test, whatever its module says (before -m selects)."""
+    for item in items:
+        if "chain_results" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.chain)
 
 
 def require_adapter_library(name: str):

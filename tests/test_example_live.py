@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from vrr.policies.online import OnlineController
 
@@ -72,8 +71,8 @@ def test_sequential_voting_makes_fewer_judge_requests(tmp_path):
         assert r["verifier_calls"] == sum(rd["votes"] for rd in r["rounds"]) < 8 * len(r["rounds"])
 
 
-def test_guard_mode_from_the_saved_calibration_keeps_the_incumbent(tmp_path, chain_results):
-    cal = chain_results / "gsm8k_cpu_favorable" / "calibration.json"    # what 03_calibrate saves
+def test_guard_mode_from_the_saved_calibration_keeps_the_incumbent(tmp_path, calibration):
+    cal = calibration("gsm8k_cpu_favorable")    # what 03_calibrate saves
     stdout, data = run_example(tmp_path, "--problems", "2", "--k-max", "2", "--calibration", str(cal))
     assert data["controller"]["policy"] == "algorithm1"
     for r in data["results"]:
@@ -83,8 +82,8 @@ def test_guard_mode_from_the_saved_calibration_keeps_the_incumbent(tmp_path, cha
     assert "labeled J-hat" in stdout
 
 
-def test_bad_arguments_are_clear_errors(tmp_path, chain_results):
-    cal = str(chain_results / "gsm8k_cpu_favorable" / "calibration.json")
+def test_bad_arguments_are_clear_errors(tmp_path, calibration):
+    cal = str(calibration("gsm8k_cpu_favorable"))
     for args, message in ((["--params", "rho0=0.2"], "missing rho1"),
                           (["--params", "rho0=x,rho1=0.1,alpha=0.1,beta=0.1,pi=0.5"], "rho0 must be a number"),
                           (["--calibration", str(tmp_path / "none.json")], "no saved calibration"),

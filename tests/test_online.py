@@ -1,28 +1,18 @@
 """The online controller (vrr.policies.online): round by round it reproduces the offline policies exactly,
 its state round-trips through JSON mid-trajectory, and bad input is refused with the field named."""
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from vrr.calibration.identifiability import PARAM_NAMES, error_radius
-from vrr.common.paths import REPO_ROOT
 from vrr.core.belief import filter_beliefs, gain
-from vrr.data.contract import load_setting
 from vrr.policies import rules as P
 from vrr.policies.online import ControllerStateError, Decision, OnlineController
-from vrr.policies.replay import algorithm1_inputs, load_calibration
 from vrr.policies.sequential import fold_controllers, run_controller
 
-from conftest import CHAIN_SETTINGS, vote_problems
-
-
-def _committed_setting(path: Path):
-    cf, config = load_calibration(path)
-    arrays = REPO_ROOT / json.loads(path.read_text())["arrays_path"]
-    return load_setting(arrays), cf, config
+from conftest import CHAIN_SETTINGS, EVERY_SETTING, vote_problems
 
 
 def test_every_committed_setting_is_covered():
@@ -31,14 +21,13 @@ def test_every_committed_setting_is_covered():
     assert len(names) >= 12
 
 
-@pytest.mark.parametrize("name", CHAIN_SETTINGS)
-def test_controller_reproduces_offline_policies_on_committed_settings(name, chain_results):
+@pytest.mark.parametrize("name", EVERY_SETTING)
+def test_controller_reproduces_offline_policies_on_committed_settings(name, committed):
     """Per cross-fit fold, the controller fed one round at a time commits the same round and runs the same
     repairs as the vectorized VRR-Stop, VRR-Guard and Algorithm 1 (and the TPM reference) on every instance."""
-    setting, cf, config = _committed_setting(chain_results / name / "calibration.json")
+    setting, cf, config, alg = committed(name)
     S, M = setting.S, setting.M
     assert cf.folds.size == S.shape[0]
-    alg = algorithm1_inputs(setting, cf, config)
     offline = {
         "vrr_stop": P.vrr_stop(S, M, tau=config.tau, **cf.as_kwargs()),
         "vrr_guard": P.vrr_guard(S, config.delta),
@@ -247,14 +236,13 @@ def test_bad_votes_and_parameters_are_refused():
                                          policy="algorithm1")
 
 
-def test_from_calibration_uses_the_folds_replay_uses(chain_results):
-    path = chain_results / "sim_qwen3b_pmstress" / "calibration.json"
-    setting, cf, config = _committed_setting(path)
+def test_from_calibration_uses_the_folds_replay_uses(calibration, committed):
+    path = calibration("sim_qwen3b_pmstress")
+    setting, cf, config, alg = committed("sim_qwen3b_pmstress")
     ctl = OnlineController.from_calibration(path, fold=2)
     c = ctl.config
     for name in PARAM_NAMES:
         assert c[name] == getattr(cf.fits[2].params, name)
-    alg = algorithm1_inputs(setting, cf, config)
     first = int(np.flatnonzero(cf.folds == 2)[0])
     for name in PARAM_NAMES:
         assert c["intervals"][name] == [float(alg["intervals"][name][0][first]), float(alg["intervals"][name][1][first])]

@@ -57,8 +57,8 @@ def test_round_rates_recover_a_simulated_schedule():
     assert fit.kappa_alpha >= 100
 
 
-def test_crossfit_rates_never_see_their_own_fold(chain_results):
-    path = chain_results / "sim_nonstationary" / "calibration.json"
+def test_crossfit_rates_never_see_their_own_fold(calibration):
+    path = calibration("sim_nonstationary")
     cf, config = load_calibration(path)
     st = load_setting(REPO_ROOT / json.loads(path.read_text())["arrays_path"])
     alpha, beta, _ = crossfit_round_rates(st.y, cf, max_pairs=config.max_pairs, seed=config.seed)
@@ -82,19 +82,18 @@ def test_constant_schedule_is_vrr_stop():
         P.vrr_stop_t(S, 8, alpha_t=0.3, beta_t=b, **p)
 
 
-def _validity(root, name):
-    path = root / name / "calibration.json"
+def _validity(path):
     cf, config = load_calibration(path)
     st = load_setting(REPO_ROOT / json.loads(path.read_text())["arrays_path"])
     res = replay(st, config, policies=("VRR-Stop", "VRR-Stop-t", TPM, "Hindsight best"), calibration=cf)
     return {k: float(v.mean()) for k, v in res.validity.items()}
 
 
-def test_nonstationary_diagnostic_closes_half_the_gap_and_no_setting_loses(chain_results):
+def test_nonstationary_diagnostic_closes_half_the_gap_and_no_setting_loses(calibration):
     """Issue 12 item 3: on the non-stationary diagnostic VRR-Stop-t closes at least half of the gap between
     VRR-Stop and hindsight, and it loses no more than 1 pp against VRR-Stop on any committed setting."""
-    v = _validity(chain_results, "sim_nonstationary")
+    v = _validity(calibration("sim_nonstationary"))
     assert v["VRR-Stop-t"] - v["VRR-Stop"] >= 0.5 * (v["Hindsight best"] - v["VRR-Stop"]) - 1e-12
     for name in CHAIN_SETTINGS:
-        v = _validity(chain_results, name)
+        v = _validity(calibration(name))
         assert v["VRR-Stop-t"] >= v["VRR-Stop"] - 0.01, name

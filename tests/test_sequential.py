@@ -10,14 +10,13 @@ from vrr.common.paths import REPO_ROOT
 from vrr.core.model import NoiseParams
 from vrr.data.simulate import simulate_setting
 from vrr.policies.online import OnlineController
-from vrr.policies.replay import algorithm1_inputs
 from vrr.policies.sequential import fold_controllers, run_controller, vote_orders
 
 _spec = importlib.util.spec_from_file_location("bench_sequential", REPO_ROOT / "scripts" / "bench_sequential.py")
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
-from conftest import CHAIN_SETTINGS as SETTINGS, vote_problems  # noqa: E402
+from conftest import EVERY_SETTING, vote_problems  # noqa: E402
 
 
 def test_vote_orders_keep_the_counts_and_the_seed():
@@ -43,13 +42,13 @@ def test_exact_curtailment_never_changes_a_decision(problem, delta, tau, stop_mo
         assert np.all(exact.verifier_calls <= fixed.verifier_calls)
 
 
-@pytest.mark.parametrize("name", SETTINGS)
-def test_exact_curtailment_on_committed_settings(name, chain_results):
+@pytest.mark.parametrize("name", EVERY_SETTING)
+def test_exact_curtailment_on_committed_settings(name, calibration, committed):
     """Every committed setting, every policy: identical committed plans and repairs with fewer votes."""
-    setting, cf, config, votes, order = bench.setting_inputs(name, seed=0, results=chain_results)
+    setting, cf, config, votes, order = bench.setting_inputs(name, seed=0, results=calibration(name).parent.parent)
     real = (REPO_ROOT / "data" / "real" / name).is_dir()
     assert order == ("stored order" if real else "random order (seed 0)")
-    alg = algorithm1_inputs(setting, cf, config)
+    alg = committed(name)[3]
     for policy in ("vrr_stop", "vrr_guard", "algorithm1"):
         fixed = run_controller(fold_controllers(setting, cf, config, policy, alg_inputs=alg), setting.S, folds=cf.folds)
         exact = run_controller(fold_controllers(setting, cf, config, policy, alg_inputs=alg, sequential="exact"),
@@ -59,8 +58,9 @@ def test_exact_curtailment_on_committed_settings(name, chain_results):
         assert exact.verifier_calls.sum() <= fixed.verifier_calls.sum()
 
 
-def test_stored_votes_are_checked_against_the_counts(chain_results):
-    setting, cf, config, votes, order = bench.setting_inputs("gsm8k_cpu_pmstress", results=chain_results)
+def test_stored_votes_are_checked_against_the_counts(calibration):
+    setting, cf, config, votes, order = bench.setting_inputs("gsm8k_cpu_pmstress",
+                                                             results=calibration("gsm8k_cpu_pmstress").parent.parent)
     assert order == "stored order" and np.array_equal(votes.sum(axis=2), setting.S)
     with pytest.raises(ValueError, match="do not add up"):
         bench.stored_votes(REPO_ROOT / "data" / "real" / "gsm8k_cpu_pmstress" / "arrays.npz", setting.S + 1, setting.M)
@@ -170,9 +170,9 @@ def test_sprt_keeps_its_error_rate_under_the_model():
     assert early > 0.3 * n                    # and it does stop early
 
 
-def test_sprt_on_committed_windows_reports_changes(chain_results):
+def test_sprt_on_committed_windows_reports_changes(calibration):
     """The bench's rows: exact changes nothing; SPRT's changed decisions and validity change are reported."""
-    rows = bench.bench_setting("gsm8k_cpu_pmstress", results=chain_results)
+    rows = bench.bench_setting("gsm8k_cpu_pmstress", results=calibration("gsm8k_cpu_pmstress").parent.parent)
     stop = next(r for r in rows if r["policy"] == "VRR-Stop")
     assert stop["changed_exact"] == 0 and stop["calls_exact"] < stop["calls_off"]
     assert stop["calls_sprt"] <= stop["calls_exact"] and 0 <= stop["changed_sprt"] <= stop["N"]
