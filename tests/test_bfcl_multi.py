@@ -238,3 +238,13 @@ def test_executor_judge_sees_a_fresh_replay(task, sample):
     fb = task.repair_feedback(task.extract_answer(plan), p)
     assert fb.startswith("Executing the trajectory (") and ", 0 failed)" in fb
     assert np.all(np.array(votes) == [1, 0, 1])   # the fake judge: m = 0, 2, ... accept a valid plan
+
+
+def test_evidence_is_clipped_at_a_line_boundary():
+    """A looping trajectory's replay must not overflow the judge's or the repairer's context."""
+    lines = [f"  -> ls(): result {i}" for i in range(2000)]
+    text = bfcl_multi.clip_lines(lines)
+    assert len(text) <= bfcl_multi.EVIDENCE_CHARS + 40
+    kept = text.split("\n")
+    assert kept[:-1] == lines[:len(kept) - 1] and kept[-1] == f"[... {2000 - len(kept) + 1} more lines]"
+    assert bfcl_multi.clip_lines(lines[:3]) == "\n".join(lines[:3])

@@ -229,3 +229,22 @@ def test_a_window_through_vllm_serve_survives_a_server_kill_and_resumes(tmp_path
     assert usage["judge"]["votes_sent_as"] == "one request with n=M"
     assert usage["generator"]["http_attempts"] >= sum(usage[r]["requests"] for r in usage)  # one engine, all roles
     assert all(usage[r]["prompt_tokens"] > 0 and usage[r]["completion_tokens"] > 0 for r in ("generator", "judge"))
+
+
+def test_a_prompt_longer_than_the_context_costs_only_itself():
+    """vLLM refuses a whole ``chat`` call when one prompt exceeds the context; the engine answers the others
+    and gives the long one no reply with finish reason ``prompt_too_long``, so one over-long repair or judge
+    prompt never costs the rest of its batch."""
+    _require_engine()
+    from vrr.loop.engine.backend import VLLMEngine
+
+    engine = VLLMEngine("smollm2-135m", max_model_len=512)
+    short = [{"role": "user", "content": "Say hi."}]
+    long = [{"role": "user", "content": "word " * 2000}]
+    texts = engine.chat([short, long, short], temperature=0.7, max_tokens=8, n=2)
+    assert [len(t) for t in texts] == [2, 2, 2]
+    assert texts[1] == ["", ""] and engine.last_info["finish_reasons"][1] == ["prompt_too_long"] * 2
+    assert all(texts[0]) and all(texts[2])
+    long_tokens, generated = engine.last_info["shapes"][1]
+    assert long_tokens >= 512 and generated == [0, 0]
+    assert engine.last_info["shapes"][0][0] < 512

@@ -144,6 +144,7 @@ class VLLMEngine:
             self.llm = LLM(**kw)
         self.load_seconds = time.time() - t0
         self.seed = seed
+        self.max_model_len = max_model_len
         self.config = {k: v for k, v in kw.items() if k != "model"}
         self.request_seeds = self.backend == "vllm"
         self.config["request_seeds"] = f"sha256(seed={seed}, request)" if self.request_seeds else "off (engine seed)"
@@ -169,11 +170,22 @@ class VLLMEngine:
                for c in conversations]
         prefilled = continues_reply(conversations)
         t0 = time.time()
-        outs = self.llm.chat([list(c) for c in conversations], sps, use_tqdm=False,
-                             add_generation_prompt=not prefilled, continue_final_message=prefilled)
+        # A prompt longer than the context would make vLLM refuse the whole call; it gets no reply
+        # (finish reason "prompt_too_long", recorded with the round) and the others are answered.
+        lengths = self._prompt_lengths(conversations, prefilled)
+        fits = [i for i, n_tok in enumerate(lengths) if n_tok < self.max_model_len]
+        outs = self.llm.chat([list(conversations[i]) for i in fits], [sps[i] for i in fits], use_tqdm=False,
+                             add_generation_prompt=not prefilled, continue_final_message=prefilled) if fits else []
         dt = time.time() - t0
+        by_index = dict(zip(fits, outs))
         texts, reasons, shapes = [], [], []
-        for o in outs:
+        for i in range(len(conversations)):
+            o = by_index.get(i)
+            if o is None:
+                texts.append([""] * n)
+                reasons.append(["prompt_too_long"] * n)
+                shapes.append((lengths[i], [0] * n))
+                continue
             texts.append([c.text for c in o.outputs])
             reasons.append([c.finish_reason for c in o.outputs])
             shapes.append((len(o.prompt_token_ids or []), [len(c.token_ids) for c in o.outputs]))
@@ -187,6 +199,13 @@ class VLLMEngine:
         self.stats["generated_tokens"] += gtok
         self.stats["seconds"] += dt
         return texts
+
+    def _prompt_lengths(self, conversations: Sequence[Conversation], prefilled: bool) -> list[int]:
+        """Prompt tokens of each conversation under the model's chat template (as ``LLM.chat`` renders it)."""
+        tokenizer = self.llm.get_tokenizer()
+        texts = [tokenizer.apply_chat_template(list(c), tokenize=False, add_generation_prompt=not prefilled,
+                                               continue_final_message=prefilled) for c in conversations]
+        return [len(tokenizer.encode(t, add_special_tokens=False)) for t in texts]
 
     def reward(self, conversations: Sequence[Conversation]) -> list[list[float]]:
         """Per-step positive-class probabilities of a process reward model (``reward_model=True``):

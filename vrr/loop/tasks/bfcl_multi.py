@@ -441,6 +441,20 @@ def replay(items: list[tuple[list[list[str]], Problem]]) -> list[list[list[str]]
 
 
 RESULT_CHARS = 200  # of each execution result shown to the judge and the repairer
+EVIDENCE_CHARS = 6000  # of a whole replay shown to the judge or the repairer (an 8k-token context holds the docs too)
+
+
+def clip_lines(lines: list[str], limit: int = EVIDENCE_CHARS) -> str:
+    """The lines joined, cut at a line boundary once ``limit`` characters are reached, saying how many
+    lines were left out (a looping trajectory can have hundreds of calls)."""
+    out, size = [], 0
+    for n, line in enumerate(lines):
+        if size + len(line) + 1 > limit:
+            out.append(f"[... {len(lines) - n} more lines]")
+            break
+        out.append(line)
+        size += len(line) + 1
+    return "\n".join(out)
 
 
 def replay_lines(answer, problem: Problem) -> tuple[list[str], int, int]:
@@ -586,12 +600,12 @@ class BFCLMulti(Task):
     # -- what the executor verifier and the repairer see
     def replay_evidence(self, items: list[tuple[str, Problem]]) -> list[str]:
         """Each plan's trajectory with the results of a fresh sandboxed replay under every call."""
-        return ["\n".join(replay_lines(self.extract_answer(plan), p)[0]) for plan, p in items]
+        return [clip_lines(replay_lines(self.extract_answer(plan), p)[0]) for plan, p in items]
 
     def repair_feedback(self, answer, problem: Problem) -> str:
         """The executor's results of the previous trajectory (a fresh replay), for the repairer."""
         lines, n_calls, n_failed = replay_lines(answer, problem)
-        return (f"Executing the trajectory ({n_calls} calls, {n_failed} failed) gave:\n" + "\n".join(lines))
+        return f"Executing the trajectory ({n_calls} calls, {n_failed} failed) gave:\n" + clip_lines(lines)
 
     # -- the multi-step generation hook (vrr.loop.runner.chat_plans)
     def plan_steps(self, problem: Problem, question: str | None = None):
