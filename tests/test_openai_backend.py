@@ -46,11 +46,13 @@ class StubServer:
     ``task`` (or "reply m" without a task). Every request is kept in ``seen``.
     """
 
-    def __init__(self, task=None, models=(MODEL,), always=None, script=(), api_key=None, delay=0.0):
+    def __init__(self, task=None, models=(MODEL,), always=None, script=(), api_key=None, delay=0.0,
+                 context_words=None):
         self.engine = FakeEngine(task) if task is not None else None
         self.models = None if models is None else list(models)
         self.always, self.script, self.api_key = always, list(script), api_key
         self.delay, self.seen, self.lock = delay, [], threading.Lock()
+        self.context_words = context_words  # a prompt of more words is refused as vLLM refuses it
         self.in_flight = self.max_in_flight = 0
         stub = self
 
@@ -107,6 +109,12 @@ class StubServer:
                     self._send(404, {"error": {"message": f"The model `{body['model']}` does not exist."}})
                     return
                 n = body.get("n") or 1
+                words = sum(len(m["content"].split()) for m in body["messages"])
+                if stub.context_words is not None and words > stub.context_words:
+                    self._send(400, {"error": {"message": f"This model's maximum context length is "
+                                               f"{stub.context_words} tokens. However, your request has {words} "
+                                               "input tokens. Please reduce the length of the input messages."}})
+                    return
                 if stub.always == "refuse_n" and n > 1:
                     self._send(400, {"error": {"message": "n > 1 is not supported"}})
                     return
@@ -458,3 +466,17 @@ def test_a_process_reward_model_is_refused_by_the_openai_backend(stub_factory):
     stub = stub_factory()
     with pytest.raises(ServerError, match="verifier kind 'prm'.*in-process"):
         engine_for(stub, reward_model=True)
+
+
+@pytest.mark.parametrize("always", [None, "refuse_n"])
+def test_a_prompt_longer_than_the_context_costs_only_itself(stub_factory, always):
+    """The server refuses an over-long prompt with HTTP 400; that conversation gets no reply
+    (``prompt_too_long``) and the others of the call are answered. Any other 400 still fails."""
+    stub = stub_factory(context_words=50, always=always)
+    eng = engine_for(stub)
+    long = [{"role": "user", "content": "word " * 200}]
+    texts = eng.chat([CONV, long, CONV], temperature=0.7, max_tokens=8, n=2)
+    assert texts[1] == ["", ""] and eng.last_info["finish_reasons"][1] == ["prompt_too_long"] * 2
+    assert texts[0] == texts[2] and len(texts[0]) == 2 and all(texts[0])  # "reply m", or "reply 0" twice when n is refused
+    with pytest.raises(ServerError, match="HTTP 400"):
+        engine_for(stub_factory(always="refuse_n"), n="native").chat([CONV], temperature=0.7, max_tokens=8, n=2)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 import time
 from typing import Sequence
@@ -40,6 +41,8 @@ from .requests import Conversation, continues_reply, request_seed
 N_MODES = ("auto", "native", "separate")
 PREFILL_MODES = ("vllm", "implicit", "none")
 VLLM_PREFILL_BODY = {"continue_final_message": True, "add_generation_prompt": False}
+# vLLM's (and OpenAI's) refusal of a prompt longer than the model's context
+CONTEXT_REFUSAL = re.compile(r"maximum context length", re.IGNORECASE)
 
 
 class ServerError(RuntimeError):
@@ -168,7 +171,17 @@ class OpenAIEngine:
                                                               extra_body=body, **params)
 
     async def _one(self, conv: Conversation, n: int, params: dict, prefilled: bool):
-        """The n samples of one conversation: texts, finish reasons, prompt tokens, generated tokens, requests."""
+        """The n samples of one conversation: texts, finish reasons, prompt tokens, generated tokens, requests.
+        A prompt the server refuses as longer than the context gets no reply (``prompt_too_long``), as with
+        the in-process engine, so it never costs the rest of the batch."""
+        try:
+            return await self._samples(conv, n, params, prefilled)
+        except self._openai.BadRequestError as exc:
+            if not CONTEXT_REFUSAL.search(str(exc)):
+                raise
+            return [""] * n, ["prompt_too_long"] * n, 0, 0, 1
+
+    async def _samples(self, conv: Conversation, n: int, params: dict, prefilled: bool):
         def seed_of(m):
             return request_seed(self.seed, conv, params["temperature"], params["max_tokens"], m,
                                 params.get("top_p", 1.0), params.get("stop"))
