@@ -29,9 +29,9 @@ CHAIN_SETTINGS = sorted([p.stem for p in (REPO / "settings").glob("sim_*.yaml")]
 # differently: a real window with its own probe, one sharing it (votes in stored order), a re-solve window with
 # execution labels (left out of App. D's iterative-feedback table, which the two self-refine windows enter), a
 # simulated setting with known parameters (the TPM reference, the delta ablation) and the non-stationary
-# diagnostic (K_max = 6)
+# diagnostic (K_max = 6) with its resampling control (the loop-dynamics figure)
 CHAIN_SUBSET = ("gsm8k_cpu_favorable", "gsm8k_cpu_pmstress", "mbpp_cpu_pmstress", "sim_nonstationary",
-                "sim_qwen3b_pmstress")
+                "sim_nonstationary_control", "sim_qwen3b_pmstress")
 # CHAIN_SETTINGS as test parameters: the ones outside CHAIN_SUBSET are marked all_settings (make test-fast
 # checks the subset, make test every setting)
 EVERY_SETTING = [name if name in CHAIN_SUBSET else pytest.param(name, marks=pytest.mark.all_settings)

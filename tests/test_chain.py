@@ -4,6 +4,7 @@ the index exist and parse; the chain's calibrations are the ones the in-process 
 the other tests; steps 03-05 write the same bytes in a second root."""
 import csv
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -70,7 +71,10 @@ def test_the_chain_calibrations_are_the_in_process_ones(chain_results, calibrati
 @pytest.mark.chain
 def test_steps_03_to_05_write_the_same_bytes_twice(chain_results, tmp_path):
     """Calibration, replay and statistics of one setting are byte-identical across two runs (the chain
-    fixture's and a second make into a fresh root)."""
+    fixture's and a second make into a fresh root that starts from the fixture's steps 01-02, times kept)."""
+    (tmp_path / "gsm8k_cpu_pmstress").mkdir()
+    for step in ("01_generate.ipynb", "02_label.ipynb"):
+        shutil.copy2(chain_results / "gsm8k_cpu_pmstress" / step, tmp_path / "gsm8k_cpu_pmstress" / step)
     target = tmp_path / "gsm8k_cpu_pmstress" / "05_stats.ipynb"
     proc = subprocess.run(["make", "--no-print-directory", f"RESULTS={tmp_path}", f"RESAMPLES={CHAIN_RESAMPLES}",
                            str(target)], cwd=REPO, capture_output=True, text=True, timeout=900)
