@@ -13,10 +13,11 @@ them on four folds and applies them to the fifth, so no decision touches its own
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
-from scipy import optimize, special
+from scipy import special
 
 from ..core.model import NoiseParams, youden_j
 
@@ -139,17 +140,24 @@ def _em_restarts(hists: np.ndarray, M: int, w, p1, p0, tol: float, max_iter: int
     ``hists`` is [H, M+1] (vote-count histograms); ``w, p1, p0`` are [H, R] starting values. Every
     (histogram, restart) chain runs until its log-likelihood gains less than ``tol``. Returns
     per-chain (w, p1, p0, loglik, n_iter, converged), each [H, R].
+
+    The chains are independent: each iteration updates only the chains still running (a converged
+    chain leaves the arrays), and every chain goes through the same element-wise operations as when it
+    runs alone, so a fit does not depend on what it is batched with.
     """
     s = np.arange(M + 1, dtype=float)
     log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
-    h = np.asarray(hists, dtype=float)[:, None, :]            # [H, 1, M+1]
-    total = h.sum(axis=-1)                                    # [H, 1]
+    shape = np.shape(w)
+    n_chains = int(np.prod(shape))
+    hists = np.asarray(hists, dtype=float)
+    h = np.repeat(hists, shape[1], axis=0)                    # [H * R, M+1], the histogram of each running chain
+    total = h.sum(axis=-1)                                    # [C]
     eps = 1e-12
-    w, p1, p0 = (np.asarray(a, dtype=float).copy() for a in (w, p1, p0))
-    prev = np.full(w.shape, -np.inf)
-    ll = prev.copy()
-    active = np.ones(w.shape, dtype=bool)
-    n_iter = np.zeros(w.shape, dtype=np.int64)
+    w, p1, p0 = (np.asarray(a, dtype=float).ravel().copy() for a in (w, p1, p0))
+    out = {"w": w.copy(), "p1": p1.copy(), "p0": p0.copy(), "ll": np.full(n_chains, -np.inf),
+           "n_iter": np.zeros(n_chains, dtype=np.int64), "converged": np.zeros(n_chains, dtype=bool)}
+    running = np.arange(n_chains)                             # chain id of each row of the working arrays
+    prev = np.full(n_chains, -np.inf)
     for it in range(1, max_iter + 1):
         # E-step: responsibility of the valid component for each count value.
         lv = np.log(w)[..., None] + log_comb + s * np.log(p1)[..., None] + (M - s) * np.log1p(-p1)[..., None]
@@ -164,15 +172,22 @@ def _em_restarts(hists: np.ndarray, M: int, w, p1, p0, tol: float, max_iter: int
         p1_new = np.clip(np.where(nv > eps, (resp * s * h).sum(axis=-1) / (M * np.maximum(nv, eps)), p1), eps, 1 - eps)
         p0_new = np.clip(np.where(ni > eps, ((1 - resp) * s * h).sum(axis=-1) / (M * np.maximum(ni, eps)), p0),
                          eps, 1 - eps)
-        ll = np.where(active, ll_new, ll)
-        n_iter = np.where(active, it, n_iter)
-        done = active & (ll_new - prev < tol)
-        w, p1, p0 = (np.where(active & ~done, new, old) for new, old in ((w_new, w), (p1_new, p1), (p0_new, p0)))
-        prev = np.where(active, ll_new, prev)
-        active &= ~done
-        if not active.any():
+        out["ll"][running] = ll_new
+        out["n_iter"][running] = it
+        done = ll_new - prev < tol
+        if done.any():                                        # a converged chain keeps the values it was scored at
+            ids = running[done]
+            out["w"][ids], out["p1"][ids], out["p0"][ids] = w[done], p1[done], p0[done]
+            out["converged"][ids] = True
+            keep = ~done
+            running, h, total, prev = running[keep], h[keep], total[keep], ll_new[keep]
+            w, p1, p0 = w_new[keep], p1_new[keep], p0_new[keep]
+        else:
+            w, p1, p0, prev = w_new, p1_new, p0_new, ll_new
+        if running.size == 0:
             break
-    return w, p1, p0, ll, n_iter, ~active
+    out["w"][running], out["p1"][running], out["p0"][running] = w, p1, p0
+    return tuple(out[k].reshape(shape) for k in ("w", "p1", "p0", "ll", "n_iter", "converged"))
 
 
 def _em_starts(rng, n_restarts: int) -> np.ndarray:
@@ -191,23 +206,40 @@ def _hists_loglik(hists: np.ndarray, M: int, w, p1, p0) -> np.ndarray:
     return np.where(h > 0, h * ll, 0.0).sum(axis=-1)
 
 
+def binomial_em_chains(hists: np.ndarray, M: int, seeds, n_restarts: int = 10, tol: float = 1e-10,
+                       max_iter: int = 2000):
+    """The EM chains of :func:`binomial_mixture_em` (Sec. 4.2) for many vote histograms [H, M+1] at once,
+    histogram h starting from the ``n_restarts`` seeded starts of ``seeds[h]``: (w, p1, p0, loglik,
+    n_iter, converged), each [H, R]. :func:`best_restart` and :func:`best_rates` pick the fit."""
+    _require_votes("binomial_em", M)
+    hists = np.atleast_2d(np.asarray(hists, dtype=float))
+    seeds = [int(x) for x in seeds]
+    per_seed = {x: _em_starts(np.random.default_rng(x), n_restarts) for x in dict.fromkeys(seeds)}
+    starts = np.stack([per_seed[x] for x in seeds]) if seeds else np.empty((0, n_restarts, 3))   # [H, R, 3]
+    return _em_restarts(hists, M, starts[:, :, 0], starts[:, :, 1], starts[:, :, 2], tol, max_iter)
+
+
+def best_rates(hists: np.ndarray, M: int, chains) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rho0, rho1, weight_valid), each [H], of the restart with the highest log-likelihood per histogram,
+    labeled so that the valid component accepts more (the bootstrap's fast path of the EM)."""
+    hists = np.atleast_2d(np.asarray(hists, dtype=float))
+    ws, p1s, p0s = chains[:3]
+    best = np.argmax(_hists_loglik(hists, M, ws, p1s, p0s), axis=1)
+    rows = np.arange(hists.shape[0])
+    w, p1, p0 = ws[rows, best], p1s[rows, best], p0s[rows, best]
+    swap = p0 > p1                                            # label convention: valid accepts more
+    w, p1, p0 = np.where(swap, 1 - w, w), np.where(swap, p0, p1), np.where(swap, p1, p0)
+    return p0, 1 - p1, w
+
+
 def binomial_mixture_em_many(hists: np.ndarray, M: int, n_restarts: int = 10, seed: int = 0,
                              tol: float = 1e-10, max_iter: int = 2000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`binomial_mixture_em` on many vote histograms [H, M+1] at once (the bootstrap of
     ``vrr.calibration.identifiability``): returns (rho0, rho1, weight_valid), each [H]. Every
     histogram gets the same seeded starts."""
-    _require_votes("binomial_em", M)
     hists = np.atleast_2d(np.asarray(hists, dtype=float))
-    starts = _em_starts(np.random.default_rng(seed), n_restarts)
-    H = hists.shape[0]
-    ws, p1s, p0s, _, _, _ = _em_restarts(hists, M, np.tile(starts[:, 0], (H, 1)), np.tile(starts[:, 1], (H, 1)),
-                                         np.tile(starts[:, 2], (H, 1)), tol, max_iter)
-    best = np.argmax(_hists_loglik(hists, M, ws, p1s, p0s), axis=1)
-    rows = np.arange(H)
-    w, p1, p0 = ws[rows, best], p1s[rows, best], p0s[rows, best]
-    swap = p0 > p1                                            # label convention: valid accepts more
-    w, p1, p0 = np.where(swap, 1 - w, w), np.where(swap, p0, p1), np.where(swap, p1, p0)
-    return p0, 1 - p1, w
+    chains = binomial_em_chains(hists, M, [seed] * hists.shape[0], n_restarts=n_restarts, tol=tol, max_iter=max_iter)
+    return best_rates(hists, M, chains)
 
 
 def binomial_mixture_em(S, M: int, n_restarts: int = 10, seed: int = 0,
@@ -219,13 +251,32 @@ def binomial_mixture_em(S, M: int, n_restarts: int = 10, seed: int = 0,
     higher-acceptance component as valid. The mixture is identifiable iff J != 0; as J -> 0
     the likelihood surface flattens (App. E).
     """
-    _require_votes("binomial_em", M)
-    hist = _histogram(S, M)
-    if hist.sum() == 0:
+    return binomial_mixture_em_each([S], M, [seed], n_restarts=n_restarts, tol=tol, max_iter=max_iter)[0]
+
+
+def vote_histograms(samples, M: int) -> np.ndarray:
+    """[H, M+1] histograms of the vote counts of each sample; an empty sample is an error."""
+    hists = np.stack([_histogram(S, M) for S in samples])
+    if (hists.sum(axis=1) == 0).any():
         raise ValueError("binomial_mixture_em: empty sample")
-    starts = _em_starts(np.random.default_rng(seed), n_restarts)
-    ws, p1s, p0s, _, iters, conv = (a[0] for a in _em_restarts(hist[None], M, starts[None, :, 0], starts[None, :, 1],
-                                                                 starts[None, :, 2], tol, max_iter))
+    return hists
+
+
+def binomial_mixture_em_each(samples, M: int, seeds, n_restarts: int = 10, tol: float = 1e-10,
+                             max_iter: int = 2000) -> list[VoteNoiseFit]:
+    """:func:`binomial_mixture_em` of each vote sample in ``samples`` with its own seed in ``seeds``,
+    the EM chains of all of them iterated together (Sec. 4.2 estimator; one fit per sample, each the
+    same as fitting it alone)."""
+    _require_votes("binomial_em", M)
+    hists = vote_histograms(samples, M)
+    chains = binomial_em_chains(hists, M, seeds, n_restarts=n_restarts, tol=tol, max_iter=max_iter)
+    return [best_restart(hist, M, [a[i] for a in chains]) for i, hist in enumerate(hists)]
+
+
+def best_restart(hist, M: int, chain) -> VoteNoiseFit:
+    """The fit of :func:`binomial_mixture_em` from one histogram's EM chains (``binomial_em_chains`` row):
+    the restart with the highest log-likelihood, labeled so that the valid component accepts more."""
+    ws, p1s, p0s, _, iters, conv = chain
     # Rank restarts by the log-likelihood of their final parameters (a restart stopped at
     # max_iter has moved past the value it last evaluated).
     lls = np.array([_hist_loglik(hist, M, w_, 1 - p1_, p0_) for w_, p1_, p0_ in zip(ws, p1s, p0s)])
@@ -291,12 +342,20 @@ def labeled_mle(S, y, M: int) -> VoteNoiseFit:
                         votes_valid=float(M * nv), votes_invalid=float(M * ni), method="labeled_mle")
 
 
+@functools.lru_cache(maxsize=64)
+def _log_binomial_coefficients(M: int) -> tuple[np.ndarray, np.ndarray]:
+    """(s, log C(M, s)) for s = 0..M; cached, as the beta-binomial fit evaluates its likelihood ~10^4 times."""
+    s = np.arange(M + 1)
+    log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
+    s.flags.writeable = log_comb.flags.writeable = False
+    return s, log_comb
+
+
 def _betabinom_logpmf(M, mean, phi):
     # phi = 1 / (a + b + 1) is the intra-plan vote correlation; phi -> 0 gives the binomial.
     scale = 1.0 / phi - 1.0
     a, b = mean * scale, (1 - mean) * scale
-    s = np.arange(M + 1)
-    log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
+    s, log_comb = _log_binomial_coefficients(M)
     return (log_comb + special.betaln(s + a, M - s + b) - special.betaln(a, b))
 
 
@@ -310,10 +369,13 @@ def beta_binomial_em(S, M: int, phi_cap: float = 0.3, n_restarts: int = 8, seed:
     logit-scaled weight, means and correlations, on the histogram of S) from ``n_restarts``
     seeded starts; the best log-likelihood is kept and the higher-mean component is "valid".
     """
+    from scipy import optimize  # imported on use: only this estimator needs it
+
     _require_votes("beta_binomial_em", M)
     hist = _histogram(S, M)
     rng = np.random.default_rng(seed)
     mask = hist > 0
+    counts = hist[mask]
 
     def unpack(z):
         w = special.expit(z[0])
@@ -325,7 +387,7 @@ def beta_binomial_em(S, M: int, phi_cap: float = 0.3, n_restarts: int = 8, seed:
         w, mu1, phi1, mu0, phi0 = unpack(z)
         lv = np.log(w) + _betabinom_logpmf(M, mu1, phi1)
         li = np.log1p(-w) + _betabinom_logpmf(M, mu0, phi0)
-        return -float(np.sum(hist[mask] * np.logaddexp(lv, li)[mask]))
+        return -float(np.sum(counts * np.logaddexp(lv, li)[mask]))
 
     best = None
     for _ in range(n_restarts):

@@ -16,11 +16,10 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
-from ..core.belief import filter_beliefs, gain
-from .estimators import (Calibration, CrossFit, EstimatorOptions, VoteNoiseFit, binomial_mixture_em_many,
-                         calibrate)
+from ..core.belief import filter_beliefs, gain, posterior_from_log_likelihoods, predict, vote_log_likelihoods
+from .estimators import (Calibration, CrossFit, EstimatorOptions, VoteNoiseFit, best_rates, best_restart,
+                         binomial_em_chains, binomial_mixture_em_each, calibrate, vote_histograms)
 
 PARAM_NAMES = ("rho0", "rho1", "alpha", "beta", "pi")
 
@@ -28,6 +27,8 @@ PARAM_NAMES = ("rho0", "rho1", "alpha", "beta", "pi")
 def _clopper_pearson(successes: float, trials: float, confidence: float) -> tuple[float, float]:
     """Exact (Clopper-Pearson) interval, the one scipy.stats.binomtest(...).proportion_ci
     returns, written with Beta quantiles so it costs microseconds."""
+    from scipy import stats  # imported on use: importing scipy.stats costs ~1 s of CPU in every notebook kernel
+
     n = int(round(trials))
     if n <= 0:
         return 0.0, 1.0
@@ -82,23 +83,55 @@ def bootstrap_intervals(S, y, M: int, eta: float = 0.05, n_boot: int = BOOTSTRAP
     distance from the deployed estimate (EM) to every parameter in the box, so the joined box still
     bounds |G-hat - G|.
     """
-    S, y = np.asarray(S), np.asarray(y)
-    point = calibrate(S, y, M, seed=seed, **calibrate_kwargs).params.as_dict()
-    rng = np.random.default_rng(seed + 7919)
-    n = S.shape[0]
-    samples = [rng.integers(0, n, n) for _ in range(n_boot)]
-    votes = [None] * n_boot
+    return bootstrap_intervals_each([(S, y, seed)], M, eta=eta, n_boot=n_boot, **calibrate_kwargs)[0]
+
+
+def bootstrap_intervals_each(samples, M: int, eta: float = 0.05, n_boot: int = BOOTSTRAP_REPLICATES,
+                             **calibrate_kwargs) -> list[dict[str, tuple[float, float]]]:
+    """:func:`bootstrap_intervals` (Prop. 1's box) of each calibration sample ``(S, y, seed)`` in
+    ``samples``, e.g. the training folds of a cross-fit. With the binomial EM on round-0 votes, the EM
+    chains of every sample's point fit and every replicate run as one batch; each fit is the same as
+    computed alone."""
+    samples = [(np.asarray(S), np.asarray(y), int(seed)) for S, y, seed in samples]
     options = calibrate_kwargs.get("options", EstimatorOptions())
+    replicates = []
+    for S, _, seed in samples:
+        rng = np.random.default_rng(seed + 7919)
+        n = S.shape[0]
+        replicates.append([rng.integers(0, n, n) for _ in range(n_boot)])
+    point_votes = [None] * len(samples)
+    boot_votes = [[None] * n_boot for _ in samples]
     if calibrate_kwargs.get("method", "binomial_em") == "binomial_em" and \
             calibrate_kwargs.get("vote_rounds", "first") == "first":
-        # every replicate's EM at once: the fits are the same as one by one, ~50 times faster
-        hists = np.stack([np.bincount(S[idx, 0], minlength=M + 1) for idx in samples])
-        rho0, rho1, w = binomial_mixture_em_many(hists, M, n_restarts=options.em_restarts, seed=seed,
-                                                 tol=options.em_tol, max_iter=options.em_max_iter)
-        votes = [VoteNoiseFit(float(a), float(b), float(c), method="binomial_em") for a, b, c in zip(rho0, rho1, w)]
+        # every EM at once (point fits and replicates of all samples): the fits are the same as one by one
+        point_hists = vote_histograms([S[:, 0] for S, _, _ in samples], M)
+        boot_hists = [np.stack([np.bincount(S[idx, 0], minlength=M + 1) for idx in reps]).astype(float)
+                      for (S, _, _), reps in zip(samples, replicates)]
+        hists = np.concatenate([point_hists, *boot_hists]) if samples else point_hists
+        seeds = [seed for _, _, seed in samples] + [seed for _, _, seed in samples for _ in range(n_boot)]
+        chains = binomial_em_chains(hists, M, seeds, n_restarts=options.em_restarts, tol=options.em_tol,
+                                    max_iter=options.em_max_iter)
+        k = len(samples)
+        point_votes = [best_restart(point_hists[i], M, [a[i] for a in chains]) for i in range(k)]
+        rho0, rho1, w = best_rates(hists[k:], M, [a[k:] for a in chains])
+        for i in range(k):
+            rows = slice(i * n_boot, (i + 1) * n_boot)
+            boot_votes[i] = [VoteNoiseFit(float(a), float(b), float(c), method="binomial_em")
+                             for a, b, c in zip(rho0[rows], rho1[rows], w[rows])]
+    return [_bootstrap_box(S, y, M, seed, eta, reps, point, votes, **calibrate_kwargs)
+            for (S, y, seed), reps, point, votes in zip(samples, replicates, point_votes, boot_votes)]
+
+
+def _bootstrap_box(S, y, M: int, seed: int, eta: float, replicates, point_votes, votes,
+                   **calibrate_kwargs) -> dict[str, tuple[float, float]]:
+    """The box of :func:`bootstrap_intervals` from its replicates (instance indices) and, where already
+    fit, the vote-noise fits of the point estimate and of each replicate."""
+    point_fit = calibrate(S, y, M, seed=seed, votes=point_votes, **calibrate_kwargs)
+    point = point_fit.params.as_dict()
+    n_boot = len(replicates)
     draws = {name: np.empty(n_boot) for name in PARAM_NAMES}
     labeled = {name: np.full(n_boot, np.nan) for name in ("rho0", "rho1")}
-    for b, idx in enumerate(samples):
+    for b, idx in enumerate(replicates):
         fit = calibrate(S[idx], y[idx], M, seed=seed + b, votes=votes[b], **calibrate_kwargs).params
         for name in PARAM_NAMES:
             draws[name][b] = getattr(fit, name)
@@ -108,7 +141,8 @@ def bootstrap_intervals(S, y, M: int, eta: float = 0.05, n_boot: int = BOOTSTRAP
         if y0.any():
             labeled["rho1"][b] = 1.0 - s0[y0].sum() / (M * y0.sum())
     tail = 100.0 * eta / len(PARAM_NAMES) / 2.0
-    exact = _exact_labeled_intervals(S, y, M, 1.0 - eta / len(PARAM_NAMES), **calibrate_kwargs)
+    # only its labeled counts are used: the point fit's votes spare a second vote-noise fit
+    exact = _exact_labeled_intervals(S, y, M, 1.0 - eta / len(PARAM_NAMES), votes=point_fit.votes, **calibrate_kwargs)
     out = {}
     for name in PARAM_NAMES:
         lo, hi = np.percentile(draws[name], [tail, 100.0 - tail])
@@ -148,8 +182,8 @@ def crossfit_intervals(cf: CrossFit, eta: float = 0.05, S=None, y=None, M: int |
         per_fold = [parameter_intervals(f, eta) for f in cf.fits]
     else:
         S, y = np.asarray(S), np.asarray(y)
-        per_fold = [bootstrap_intervals(S[cf.folds != f], y[cf.folds != f], M, eta=eta, n_boot=n_boot,
-                                        seed=seed + f, **calibrate_kwargs) for f in range(len(cf.fits))]
+        per_fold = bootstrap_intervals_each([(S[cf.folds != f], y[cf.folds != f], seed + f) for f in range(len(cf.fits))],
+                                            M, eta=eta, n_boot=n_boot, **calibrate_kwargs)
     return {name: (np.array([iv[name][0] for iv in per_fold])[cf.folds],
                    np.array([iv[name][1] for iv in per_fold])[cf.folds]) for name in PARAM_NAMES}
 
@@ -174,12 +208,43 @@ def error_radius(S, M: int, point: dict, intervals: dict, grid: int = 5) -> tupl
     at most 0.005 more than the 5-level one, against up to 0.05 more than the corners alone.
     ``point`` and ``intervals`` map parameter names to scalars / per-instance arrays (lo, hi).
     Returns (G-hat, B), both [N, K+1].
+
+    The points of :func:`radius_grid` are filtered together: the vote log-likelihoods of Eq. 5 depend
+    on (rho0, rho1) only, so they are computed once per pair, and the grid's (alpha, beta, pi) points run
+    the recursion as one [points, N] array. Every element goes through the same operations as in a
+    one-point filter, so B_k is the same to the last bit (tests check it against the point-by-point search).
     """
+    S = np.asarray(S)
     g_hat = _gain_path(S, M, point)
+    n, rounds = S.shape
+    values = _grid_values(intervals, grid, n)                 # name -> [levels, N]
+    levels = values["rho0"].shape[0]
+    # (alpha, beta, pi) of every grid point sharing one (rho0, rho1): [levels^3, N] each
+    a_idx, b_idx, p_idx = (i.ravel() for i in np.meshgrid(*[np.arange(levels)] * 3, indexing="ij"))
+    alpha, beta, pi = values["alpha"][a_idx], values["beta"][b_idx], values["pi"][p_idx]
     radius = np.zeros_like(g_hat)
-    for params in radius_grid(intervals, grid):
-        radius = np.maximum(radius, np.abs(_gain_path(S, M, params) - g_hat))
+    for rho0 in values["rho0"]:
+        for rho1 in values["rho1"]:
+            prior = pi
+            for k in range(rounds):
+                b = posterior_from_log_likelihoods(prior, *vote_log_likelihoods(S[:, k], M, rho0, rho1))
+                g = gain(b, alpha, beta)
+                radius[:, k] = np.maximum(radius[:, k], np.abs(g - g_hat[:, k]).max(axis=0))
+                prior = predict(b, alpha, beta)
     return g_hat, radius
+
+
+def _grid_levels(grid: int) -> np.ndarray:
+    return np.linspace(0.0, 1.0, max(2, grid))
+
+
+def _grid_values(intervals: dict, grid: int, n: int) -> dict[str, np.ndarray]:
+    """The values of each parameter on the grid of :func:`radius_grid`, per instance: [levels, n]."""
+    out = {}
+    for name in PARAM_NAMES:
+        lo, hi = (np.asarray(v, dtype=float) for v in intervals[name])
+        out[name] = np.stack([np.broadcast_to(lo + f * (hi - lo), (n,)) for f in _grid_levels(grid)])
+    return out
 
 
 def radius_grid(intervals: dict, grid: int = 5):
@@ -187,7 +252,7 @@ def radius_grid(intervals: dict, grid: int = 5):
     ``grid`` evenly spaced values per parameter, corners included, one dict of parameter values per
     point (values are scalars or per-instance arrays like the interval endpoints). :func:`error_radius`
     and the online controller (which carries one belief per point, ``vrr.policies.online``) both use it."""
-    levels = np.linspace(0.0, 1.0, max(2, grid))
+    levels = _grid_levels(grid)
     for fractions in itertools.product(levels, repeat=len(PARAM_NAMES)):
         params = {}
         for name, f in zip(PARAM_NAMES, fractions):
@@ -224,6 +289,8 @@ def labeled_j_diagnostic(S, y, M: int, n_resamples: int = 2000, seed: int = 0,
     two-sample percentile bootstrap (scipy.stats.bootstrap) and the p-value a one-sided
     Mann-Whitney U test that valid plans are accepted more often.
     """
+    from scipy import stats  # imported on use: importing scipy.stats costs ~1 s of CPU in every notebook kernel
+
     rates = np.asarray(S, dtype=float).ravel() / M
     y = np.asarray(y).ravel().astype(bool)
     valid, invalid = rates[y], rates[~y]
@@ -273,27 +340,37 @@ def flip_risk_grid(j_values, delta_edges, n_calib: int = 300, M: int = 8, k_max:
     flips = np.zeros((j_values.size, delta_edges.size - 1), dtype=np.int64)
     decisions = np.zeros_like(flips)
     rng = np.random.default_rng(seed)
+    # Draw every replication first (the draws do not depend on the fits), so that the EM fits of all
+    # calibration samples run as one batch; each fit is the same as on its own.
+    reps = []
     for i, j in enumerate(j_values):
         rho = (1.0 - j) / 2.0
         for _ in range(n_reps):
             truth = NoiseParams(rho0=rho, rho1=rho, alpha=rng.uniform(0.05, 0.5),
                                 beta=rng.uniform(0.05, 0.9), pi=rng.uniform(0.4, 0.9))
             sub_seed = int(rng.integers(2**31))
-            calib_set = simulate_setting(truth, n=n_calib, k_max=1, M=M, seed=sub_seed)
-            est = calibrate(calib_set.S, calib_set.y, M, method=method, seed=sub_seed).params
-            eval_set = simulate_setting(truth, n=n_eval, k_max=k_max, M=M, seed=sub_seed + 1)
-            b_true, _ = filter_beliefs(eval_set.S, M, truth.rho0, truth.rho1, truth.alpha, truth.beta, truth.pi)
-            b_est, _ = filter_beliefs(eval_set.S, M, est.rho0, est.rho1, est.alpha, est.beta, est.pi)
-            g_true = gain(b_true, truth.alpha, truth.beta)
-            g_est = gain(b_est, est.alpha, est.beta)
-            # States visited by the true rule: every round up to and including its commit round.
-            stop_true = g_true <= tau
-            commit = np.where(stop_true.any(1), stop_true.argmax(1), k_max)
-            visited = np.arange(k_max + 1)[None, :] <= commit[:, None]
-            flip = (g_true > tau) != (g_est > tau)
-            margin = np.abs(g_true - tau)[visited]
-            bins = np.digitize(margin, delta_edges) - 1
-            ok = (bins >= 0) & (bins < delta_edges.size - 1)
-            np.add.at(decisions[i], bins[ok], 1)
-            np.add.at(flips[i], bins[ok], flip[visited][ok].astype(np.int64))
+            reps.append((i, truth, sub_seed, simulate_setting(truth, n=n_calib, k_max=1, M=M, seed=sub_seed)))
+    votes = [None] * len(reps)
+    if method == "binomial_em" and reps:
+        options = EstimatorOptions()
+        votes = binomial_mixture_em_each([r[3].S[:, 0] for r in reps], M, [r[2] for r in reps],
+                                         n_restarts=options.em_restarts, tol=options.em_tol,
+                                         max_iter=options.em_max_iter)
+    for (i, truth, sub_seed, calib_set), fit in zip(reps, votes):
+        est = calibrate(calib_set.S, calib_set.y, M, method=method, seed=sub_seed, votes=fit).params
+        eval_set = simulate_setting(truth, n=n_eval, k_max=k_max, M=M, seed=sub_seed + 1)
+        b_true, _ = filter_beliefs(eval_set.S, M, truth.rho0, truth.rho1, truth.alpha, truth.beta, truth.pi)
+        b_est, _ = filter_beliefs(eval_set.S, M, est.rho0, est.rho1, est.alpha, est.beta, est.pi)
+        g_true = gain(b_true, truth.alpha, truth.beta)
+        g_est = gain(b_est, est.alpha, est.beta)
+        # States visited by the true rule: every round up to and including its commit round.
+        stop_true = g_true <= tau
+        commit = np.where(stop_true.any(1), stop_true.argmax(1), k_max)
+        visited = np.arange(k_max + 1)[None, :] <= commit[:, None]
+        flip = (g_true > tau) != (g_est > tau)
+        margin = np.abs(g_true - tau)[visited]
+        bins = np.digitize(margin, delta_edges) - 1
+        ok = (bins >= 0) & (bins < delta_edges.size - 1)
+        np.add.at(decisions[i], bins[ok], 1)
+        np.add.at(flips[i], bins[ok], flip[visited][ok].astype(np.int64))
     return FlipGrid(j_values, delta_edges, flips, decisions)

@@ -34,8 +34,13 @@ def belief_update(prior, S, M: int, rho0, rho1):
     (e.g. rho0 = 0 and rho1 = 1 with 0 < S < M) the observation carries no usable evidence and
     the prior is returned unchanged.
     """
+    return posterior_from_log_likelihoods(prior, *vote_log_likelihoods(S, M, rho0, rho1))
+
+
+def posterior_from_log_likelihoods(prior, ll_valid, ll_invalid):
+    """Eq. 5 (belief update) given the vote log-likelihoods of :func:`vote_log_likelihoods`, so that a
+    caller filtering many parameter points that share (rho0, rho1) computes them once."""
     prior = np.asarray(prior, dtype=float)
-    ll_valid, ll_invalid = vote_log_likelihoods(S, M, rho0, rho1)
     with np.errstate(divide="ignore", invalid="ignore"):
         log_num = np.log(prior) + ll_valid
         log_alt = np.log1p(-prior) + ll_invalid
