@@ -258,6 +258,9 @@ def run_notebook(notebook: str | os.PathLike, output: str | os.PathLike, paramet
         signal.signal(s, stop)
     die_with_parent(signal.SIGTERM)
     print(f"[papermill] {Path(notebook).name} -> {output}", flush=True)
+    # One BLAS thread per kernel: make runs several notebooks at once, and the chain's BLAS calls are so
+    # small that extra OpenBLAS threads only spin (3x the CPU time of the beta-binomial fits, same results).
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     # The kernel and papermill write to our stderr; keep it in a log that is shown only on failure.
     log = output.with_name(output.name + ".log")
     saved_stderr = os.dup(2)

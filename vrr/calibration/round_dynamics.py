@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from .estimators import CrossFit, labeled_subset
 
@@ -63,6 +62,8 @@ def shrinkage_strength(k, n, center: float, grid=KAPPA_GRID) -> float:
     k, n = np.asarray(k), np.asarray(n)
     c = float(np.clip(center, 1e-6, 1.0 - 1e-6))
     grid = np.asarray(grid, dtype=float)
+    from scipy import stats  # imported on use: importing scipy.stats costs ~1 s of CPU in every notebook kernel
+
     ll = np.array([stats.betabinom.logpmf(k, n, kappa * c, kappa * (1.0 - c)).sum() for kappa in grid])
     best = np.flatnonzero(ll >= ll.max() - 1e-9)
     return float(grid[best.max()])

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 
 def keep_best_step(best_round, best_votes, k: int, S_k, delta: int):
@@ -46,6 +45,8 @@ def replacement_tail_exact(M: int, rho0: float, rho1: float, delta: int) -> floa
     incumbent, independent: the finite sum over i - j >= delta of P[S(p)=i] P[S(c)=j].
     """
     k = np.arange(M + 1)
+    from scipy import stats  # imported on use: importing scipy.stats costs ~1 s of CPU in every notebook kernel
+
     p_new = stats.binom.pmf(k, M, rho0)
     p_inc = stats.binom.pmf(k, M, 1.0 - rho1)
     diff = k[:, None] - k[None, :]

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from .contract import Setting
 from ..core.model import NoiseParams
@@ -43,6 +42,8 @@ def _votes(rng, valid: np.ndarray, M: int, rho0: float, rho1: float, concentrati
     leniency = rng.random(valid.shape[0])
     if valid.ndim == 2:
         leniency = np.broadcast_to(leniency[:, None], valid.shape)
+    from scipy import stats  # imported on use: importing scipy.stats costs ~1 s of CPU in every notebook kernel
+
     rate = stats.beta.ppf(leniency, np.clip(mean, eps, 1 - eps) * concentration,
                           np.clip(1 - mean, eps, 1 - eps) * concentration)
     return rng.binomial(M, rate)

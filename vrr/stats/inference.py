@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
-from statsmodels.stats.contingency_tables import mcnemar
 
 N_RESAMPLES = 10_000
 
@@ -26,6 +24,8 @@ class Interval:
 def bootstrap_ci(values, n_resamples: int = N_RESAMPLES, seed: int = 0,
                  confidence: float = 0.95) -> Interval:
     """Percentile bootstrap CI of a mean (scipy.stats.bootstrap; App. G)."""
+    from scipy import stats  # imported on use: importing scipy.stats costs ~1 s of CPU in every notebook kernel
+
     values = np.asarray(values, dtype=float)
     if values.ndim != 1 or values.size < 2:
         raise ValueError(f"bootstrap_ci: needs a 1-D sample of at least 2 values, got shape {values.shape}")
@@ -37,6 +37,8 @@ def bootstrap_ci(values, n_resamples: int = N_RESAMPLES, seed: int = 0,
 def paired_bootstrap(a, b, n_resamples: int = N_RESAMPLES, seed: int = 0,
                      confidence: float = 0.95) -> Interval:
     """Paired percentile bootstrap CI of mean(a - b), resampling instances (App. G)."""
+    from scipy import stats  # imported on use: importing scipy.stats costs ~1 s of CPU in every notebook kernel
+
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.shape != b.shape or a.ndim != 1 or a.size < 2:
         raise ValueError(f"paired_bootstrap: needs two paired 1-D samples of at least 2 values, got {a.shape} and {b.shape}")
@@ -49,6 +51,8 @@ def paired_bootstrap(a, b, n_resamples: int = N_RESAMPLES, seed: int = 0,
 def mcnemar_exact(a, b) -> float:
     """Exact McNemar p-value for paired binary outcomes a, b (App. G; statsmodels): the two-sided
     binomial test of the discordant pairs against 1/2."""
+    from statsmodels.stats.contingency_tables import mcnemar  # imported on use: it loads pandas (~1 s)
+
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape:
         raise ValueError(f"mcnemar_exact: paired outcomes differ in shape, {a.shape} and {b.shape}")
