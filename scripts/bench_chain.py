@@ -1,0 +1,207 @@
+"""Benchmark: ``make -j2 reproduce`` from an empty results root against a plain loop of the same steps.
+
+Both runs use temporary results roots (the repository's ``results/`` is never touched):
+
+* chain: ``make -j2 reproduce RESULTS=<tmp>``; wall time, the CPU time of make and everything it
+  started, and per step (01..06) the summed papermill durations of the executed notebooks;
+* plain loop: the code cells of the same notebooks, with the same parameters (read from
+  ``make -n reproduce``, so they are the Makefile's), executed in this one Python process in make's
+  order, without papermill or a kernel; wall and CPU seconds per step.
+
+The ratio chain / plain loop is what the notebook design costs (kernel start-up, papermill, writing
+the executed notebooks, and -j2 scheduling). ``--profile N`` adds, per step, the N functions of the
+plain loop with the most cumulative time (cProfile). ``--skip-chain`` runs only the plain loop.
+
+    python scripts/bench_chain.py [--jobs 2] [--data data] [--settings "a b"] [--profile 8] [--skip-chain]
+    make bench-chain
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import resource
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+# as in the chain's kernels (vrr.chain.run_notebook): one BLAS thread per process
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+from bench_engine import _cpu as machine_kind  # noqa: E402  (the one /proc/cpuinfo reading of the scripts)
+
+STEPS = ("01", "02", "03", "04", "05", "06")
+
+
+def make_vars(results: Path, args) -> list[str]:
+    out = [f"RESULTS={results}", f"DATA={args.data}"]
+    if args.settings is not None:
+        out.append(f"SETTINGS={args.settings}")
+    return out
+
+
+def notebook_commands(results: Path, args) -> list[tuple[str, str, dict]]:
+    """(notebook, output, parameters) of every notebook ``make reproduce`` runs, in make's order."""
+    import yaml
+
+    dry = subprocess.run(["make", "-n", "reproduce", *make_vars(results, args)], cwd=REPO, check=True,
+                         capture_output=True, text=True).stdout
+    out = []
+    for line in dry.splitlines():
+        if " -m vrr notebook " not in line:
+            continue
+        words = shlex.split(line)
+        if len(words) < 5 or words[1:4] != ["-m", "vrr", "notebook"]:
+            continue
+        notebook, output, rest = words[4], words[5], words[6:]
+        params = {rest[i + 1]: yaml.safe_load(rest[i + 2]) for i in range(0, len(rest), 3) if rest[i] == "-p"}
+        out.append((notebook, output, params))
+    return out
+
+
+def step_of(notebook: str) -> str:
+    return Path(notebook).name[:2]
+
+
+def run_chain(args) -> dict:
+    with tempfile.TemporaryDirectory(prefix="bench-chain-") as tmp:
+        results = Path(tmp) / "results"
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        proc = subprocess.run(["make", f"-j{args.jobs}", "reproduce", *make_vars(results, args)], cwd=REPO,
+                              capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+            raise SystemExit(f"make reproduce failed (exit {proc.returncode})")
+        per_step, count = papermill_durations(results)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall": wall, "cpu": cpu, "per_step": per_step, "count": count}
+
+
+def papermill_durations(results: Path) -> tuple[dict, dict]:
+    """Summed papermill durations (seconds) and notebook counts per step of the executed notebooks under ``results``."""
+    per_step, count = defaultdict(float), defaultdict(int)
+    for nb in Path(results).rglob("0*.ipynb"):
+        if nb.name.endswith((".tmp.ipynb", ".failed.ipynb")):
+            continue
+        duration = json.loads(nb.read_text())["metadata"].get("papermill", {}).get("duration") or 0.0
+        per_step[step_of(nb.name)] += duration
+        count[step_of(nb.name)] += 1
+    return dict(per_step), dict(count)
+
+
+def exec_notebook(notebook: str, params: dict, profiler: cProfile.Profile | None) -> None:
+    """The notebook's code cells in a fresh namespace: the ``parameters`` cell, then the injected
+    parameters (as papermill injects them), then the rest; figures are closed after each notebook."""
+    cells = json.loads((REPO / notebook).read_text())["cells"]
+    namespace: dict = {"__name__": "__main__"}
+    injected = False
+    for cell in cells:
+        if cell["cell_type"] != "code":
+            continue
+        code = compile("".join(cell["source"]), f"{notebook}", "exec")
+        if profiler is not None:
+            profiler.enable()
+        try:
+            exec(code, namespace)
+        finally:
+            if profiler is not None:
+                profiler.disable()
+        if not injected and "parameters" in cell.get("metadata", {}).get("tags", []):
+            namespace.update(params)
+            injected = True
+    if not injected:
+        raise SystemExit(f"{notebook}: no cell tagged 'parameters'")
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
+def run_plain(args) -> dict:
+    import io
+    import contextlib
+
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    os.chdir(REPO)  # papermill runs the kernels in the repository root too
+    wall, cpu = defaultdict(float), defaultdict(float)
+    # CPU time, not wall time: the figures stay meaningful on a loaded machine
+    profiles = {s: cProfile.Profile(time.process_time) for s in STEPS} if args.profile else {}
+    with tempfile.TemporaryDirectory(prefix="bench-plain-") as tmp:
+        results = Path(tmp) / "results"
+        commands = notebook_commands(results, args)
+        for notebook, _output, params in commands:
+            step = step_of(notebook)
+            t0, c0 = time.perf_counter(), time.process_time()
+            with contextlib.redirect_stdout(io.StringIO()):
+                exec_notebook(notebook, params, profiles.get(step))
+            wall[step] += time.perf_counter() - t0
+            cpu[step] += time.process_time() - c0
+    return {"wall": dict(wall), "cpu": dict(cpu), "n": len(commands), "profiles": profiles}
+
+
+def commit() -> str:
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "vrr", "notebooks", "Makefile"],
+                           cwd=REPO, capture_output=True, text=True).stdout.strip()
+    return head + (" (+ uncommitted changes in vrr/, notebooks/ or the Makefile)" if dirty else "")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=2, help="make -j (default 2)")
+    ap.add_argument("--data", default="data", help="DATA= for make (default data)")
+    ap.add_argument("--settings", default=None, help="SETTINGS= for make (default: the Makefile's)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N", help="top N functions per step (plain loop)")
+    ap.add_argument("--skip-chain", action="store_true", help="only the plain loop")
+    ap.add_argument("--durations", metavar="RESULTS", help="only print the papermill seconds per step of an "
+                    "existing results root (e.g. one built by make reproduce) and exit")
+    args = ap.parse_args()
+    if args.durations:
+        per_step, count = papermill_durations(Path(args.durations))
+        for s in STEPS:
+            print(f"{s}  {count.get(s, 0):3d} notebooks  {per_step.get(s, 0.0):7.1f} s")
+        print(f"sum {sum(count.values()):3d} notebooks  {sum(per_step.values()):7.1f} s")
+        return
+
+    print(f"machine: {machine_kind()}; commit {commit()}; load average {os.getloadavg()[0]:.2f} at start")
+    chain = None if args.skip_chain else run_chain(args)
+    plain = run_plain(args)
+    print(f"\n{'step':<6}{'notebooks':>10}{'papermill s':>13}{'plain wall s':>14}{'plain CPU s':>13}")
+    for s in STEPS:
+        pm = f"{chain['per_step'].get(s, 0.0):13.1f}" if chain else f"{'-':>13}"
+        n = chain["count"].get(s, 0) if chain else "-"
+        print(f"{s:<6}{n:>10}{pm}{plain['wall'].get(s, 0.0):14.1f}{plain['cpu'].get(s, 0.0):13.1f}")
+    plain_wall, plain_cpu = sum(plain["wall"].values()), sum(plain["cpu"].values())
+    if chain:
+        print(f"{'sum':<6}{sum(chain['count'].values()):>10}{sum(chain['per_step'].values()):13.1f}"
+              f"{plain_wall:14.1f}{plain_cpu:13.1f}")
+        print(f"\nmake -j{args.jobs} reproduce: {chain['wall']:.1f} s wall, {chain['cpu']:.1f} s CPU "
+              f"({sum(chain['count'].values())} notebooks)")
+    print(f"plain loop, one process: {plain_wall:.1f} s wall, {plain_cpu:.1f} s CPU ({plain['n']} notebooks' code)")
+    if chain:
+        print(f"ratio make / plain loop: {chain['wall'] / plain_wall:.2f}x wall, {chain['cpu'] / plain_cpu:.2f}x CPU")
+    for s, prof in plain["profiles"].items():
+        print(f"\n--- step {s}: top {args.profile} functions by cumulative time (plain loop)")
+        stream = __import__("io").StringIO()
+        stats = pstats.Stats(prof, stream=stream)
+        stats.sort_stats("cumulative").print_stats(args.profile + 12)
+        lines = [ln for ln in stream.getvalue().splitlines() if ln.strip()]
+        head = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("ncalls"))
+        rows = [ln for ln in lines[head + 1:] if "<string>" not in ln and "{built-in method builtins.exec}" not in ln
+                and "bench_chain.py" not in ln]
+        print(lines[head])
+        print("\n".join(rows[:args.profile]))
+    print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
+
+
+if __name__ == "__main__":
+    main()
