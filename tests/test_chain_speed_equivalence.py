@@ -11,9 +11,9 @@ import sys
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
-from scipy import special, stats
+from scipy import stats
 
-from vrr.calibration.estimators import (_betabinom_logpmf, _em_restarts, _em_starts, binomial_mixture_em,
+from vrr.calibration.estimators import (_betabinom_logpmf, _em_restarts, _em_starts, binomial_mixture_em, em_step,
                                         binomial_mixture_em_each, binomial_mixture_em_many, calibrate)
 from vrr.calibration.identifiability import (PARAM_NAMES, _gain_path, bootstrap_intervals, bootstrap_intervals_each,
                                              error_radius, radius_grid)
@@ -61,29 +61,16 @@ def test_error_radius_equals_the_grid_search_bit_for_bit(inputs):
 
 
 def masked_em_restarts(hists, M, w, p1, p0, tol, max_iter):
-    """The EM iteration over all chains at once, converged chains frozen by masks (App. A estimator)."""
-    s = np.arange(M + 1, dtype=float)
-    log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
+    """The EM over all chains at once for max_iter rounds, converged chains frozen by masks."""
     h = np.asarray(hists, dtype=float)[:, None, :]
     total = h.sum(axis=-1)
-    eps = 1e-12
     w, p1, p0 = (np.asarray(a, dtype=float).copy() for a in (w, p1, p0))
     prev = np.full(w.shape, -np.inf)
     ll = prev.copy()
     active = np.ones(w.shape, dtype=bool)
     n_iter = np.zeros(w.shape, dtype=np.int64)
     for it in range(1, max_iter + 1):
-        lv = np.log(w)[..., None] + log_comb + s * np.log(p1)[..., None] + (M - s) * np.log1p(-p1)[..., None]
-        li = np.log1p(-w)[..., None] + log_comb + s * np.log(p0)[..., None] + (M - s) * np.log1p(-p0)[..., None]
-        norm = np.logaddexp(lv, li)
-        resp = np.exp(lv - norm)
-        ll_new = (norm * h).sum(axis=-1)
-        nv = (resp * h).sum(axis=-1)
-        ni = total - nv
-        w_new = np.clip(nv / total, eps, 1 - eps)
-        p1_new = np.clip(np.where(nv > eps, (resp * s * h).sum(axis=-1) / (M * np.maximum(nv, eps)), p1), eps, 1 - eps)
-        p0_new = np.clip(np.where(ni > eps, ((1 - resp) * s * h).sum(axis=-1) / (M * np.maximum(ni, eps)), p0),
-                         eps, 1 - eps)
+        ll_new, w_new, p1_new, p0_new = em_step(h, total, M, w, p1, p0)
         ll = np.where(active, ll_new, ll)
         n_iter = np.where(active, it, n_iter)
         done = active & (ll_new - prev < tol)

@@ -134,6 +134,28 @@ def _hist_loglik(hist: np.ndarray, M: int, weight_valid: float, rho1: float, rho
     return float(np.sum(hist[mask] * ll[mask]))
 
 
+def em_step(h, total, M: int, w, p1, p0):
+    """One EM iteration of the binomial mixture (Sec. 4.2; App. A): E-step responsibilities of the valid
+    component per count value, M-step responsibility-weighted frequencies. ``h`` holds the histograms
+    [..., M+1] (broadcast against the chains), ``total`` their sizes, ``w, p1, p0`` the chains' current
+    values. Returns (log-likelihood at the current values, w, p1, p0 after the step)."""
+    s = np.arange(M + 1, dtype=float)
+    log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
+    eps = 1e-12
+    lv = np.log(w)[..., None] + log_comb + s * np.log(p1)[..., None] + (M - s) * np.log1p(-p1)[..., None]
+    li = np.log1p(-w)[..., None] + log_comb + s * np.log(p0)[..., None] + (M - s) * np.log1p(-p0)[..., None]
+    norm = np.logaddexp(lv, li)
+    resp = np.exp(lv - norm)
+    ll = (norm * h).sum(axis=-1)
+    nv = (resp * h).sum(axis=-1)
+    ni = total - nv
+    w_new = np.clip(nv / total, eps, 1 - eps)
+    p1_new = np.clip(np.where(nv > eps, (resp * s * h).sum(axis=-1) / (M * np.maximum(nv, eps)), p1), eps, 1 - eps)
+    p0_new = np.clip(np.where(ni > eps, ((1 - resp) * s * h).sum(axis=-1) / (M * np.maximum(ni, eps)), p0),
+                     eps, 1 - eps)
+    return ll, w_new, p1_new, p0_new
+
+
 def _em_restarts(hists: np.ndarray, M: int, w, p1, p0, tol: float, max_iter: int):
     """EM iterations for many histograms and restarts at once.
 
@@ -145,33 +167,18 @@ def _em_restarts(hists: np.ndarray, M: int, w, p1, p0, tol: float, max_iter: int
     chain leaves the arrays), and every chain goes through the same element-wise operations as when it
     runs alone, so a fit does not depend on what it is batched with.
     """
-    s = np.arange(M + 1, dtype=float)
-    log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
     shape = np.shape(w)
     n_chains = int(np.prod(shape))
     hists = np.asarray(hists, dtype=float)
     h = np.repeat(hists, shape[1], axis=0)                    # [H * R, M+1], the histogram of each running chain
     total = h.sum(axis=-1)                                    # [C]
-    eps = 1e-12
     w, p1, p0 = (np.asarray(a, dtype=float).ravel().copy() for a in (w, p1, p0))
     out = {"w": w.copy(), "p1": p1.copy(), "p0": p0.copy(), "ll": np.full(n_chains, -np.inf),
            "n_iter": np.zeros(n_chains, dtype=np.int64), "converged": np.zeros(n_chains, dtype=bool)}
     running = np.arange(n_chains)                             # chain id of each row of the working arrays
     prev = np.full(n_chains, -np.inf)
     for it in range(1, max_iter + 1):
-        # E-step: responsibility of the valid component for each count value.
-        lv = np.log(w)[..., None] + log_comb + s * np.log(p1)[..., None] + (M - s) * np.log1p(-p1)[..., None]
-        li = np.log1p(-w)[..., None] + log_comb + s * np.log(p0)[..., None] + (M - s) * np.log1p(-p0)[..., None]
-        norm = np.logaddexp(lv, li)
-        resp = np.exp(lv - norm)
-        ll_new = (norm * h).sum(axis=-1)
-        # M-step: responsibility-weighted frequencies.
-        nv = (resp * h).sum(axis=-1)
-        ni = total - nv
-        w_new = np.clip(nv / total, eps, 1 - eps)
-        p1_new = np.clip(np.where(nv > eps, (resp * s * h).sum(axis=-1) / (M * np.maximum(nv, eps)), p1), eps, 1 - eps)
-        p0_new = np.clip(np.where(ni > eps, ((1 - resp) * s * h).sum(axis=-1) / (M * np.maximum(ni, eps)), p0),
-                         eps, 1 - eps)
+        ll_new, w_new, p1_new, p0_new = em_step(h, total, M, w, p1, p0)
         out["ll"][running] = ll_new
         out["n_iter"][running] = it
         done = ll_new - prev < tol
