@@ -6,18 +6,29 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-import matplotlib
+import functools
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import numpy as np
 
-from ..common.atomic import atomic_write  # noqa: E402
-from ..core.belief import boundary, gain  # noqa: E402
+from ..common.atomic import atomic_write
+from ..core.belief import boundary, gain
 
-plt.rcParams.update({"figure.dpi": 150, "savefig.dpi": 200, "font.size": 8, "axes.titlesize": 8,
-                     "axes.labelsize": 8, "legend.fontsize": 7, "xtick.labelsize": 7, "ytick.labelsize": 7,
-                     "axes.spines.top": False, "axes.spines.right": False})
+
+@functools.lru_cache(maxsize=None)
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend with the paper's style, imported on the first figure (the
+    tables need no matplotlib, and importing it costs every notebook kernel that writes one ~0.5 s)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"figure.dpi": 150, "savefig.dpi": 200, "font.size": 8, "axes.titlesize": 8,
+                         "axes.labelsize": 8, "legend.fontsize": 7, "xtick.labelsize": 7, "ytick.labelsize": 7,
+                         "axes.spines.top": False, "axes.spines.right": False})
+    return plt
+
+
 COLUMN_WIDTH = 3.3   # inches, one column of the AAAI format
 CSV_SIGNIFICANT_DIGITS = 6  # CSV numbers: enough for every reported value, few enough that float noise of
                             # another BLAS or CPU does not show (17 digits did)
@@ -115,14 +126,14 @@ def save_figure(fig, stem: str | os.PathLike) -> tuple[Path, Path]:
         fig.savefig(tmp, bbox_inches="tight", metadata=metadata)
         os.replace(tmp, path)
         out.append(path)
-    plt.close(fig)
+    _pyplot().close(fig)
     return tuple(out)
 
 
 def fig_signal_quality(rows: Sequence[dict]):
     """Signal-quality decoupling (Fig. motivation/Sec. 3): true validity Q_k (solid) and judge
     acceptance A_k (dashed) per round, one panel per setting."""
-    fig, axes = plt.subplots(1, len(rows), figsize=(TEXT_WIDTH, 2.0), squeeze=False)
+    fig, axes = _pyplot().subplots(1, len(rows), figsize=(TEXT_WIDTH, 2.0), squeeze=False)
     for ax, row in zip(axes[0], rows):
         k = np.arange(len(row["Q"]))
         ax.plot(k, row["Q"], "-o", ms=3, color="C0", label="true validity $Q_k$")
@@ -141,7 +152,7 @@ def fig_signal_quality(rows: Sequence[dict]):
 def fig_gain_geometry(operators: Sequence[dict]):
     """Gain geometry (App. A figure): G(b) = (1-b) alpha - b beta for measured (alpha, beta),
     with b* = alpha/(alpha+beta) dashed."""
-    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.3))
+    fig, ax = _pyplot().subplots(figsize=(COLUMN_WIDTH, 2.3))
     b = np.linspace(0, 1, 201)
     for i, op in enumerate(operators):
         color = f"C{i}"
@@ -166,7 +177,7 @@ def fig_cross_setting(rows: Sequence[dict], ncols: int = 4):
     dashed and titled "sim.", so that the two kinds are never confused."""
     n = len(rows)
     nrows = int(np.ceil(n / ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(TEXT_WIDTH, 1.7 * nrows), sharey=True, squeeze=False)
+    fig, axes = _pyplot().subplots(nrows, ncols, figsize=(TEXT_WIDTH, 1.7 * nrows), sharey=True, squeeze=False)
     for ax, row in zip(axes.ravel(), rows):
         k = np.arange(len(row["Q"]))
         real = row.get("kind") == "real"
@@ -190,7 +201,7 @@ def fig_probe_separation(rates, labels, em_accept_valid: float, em_accept_invali
     means (solid) and label-free EM estimates (dashed), and the class distributions (b)."""
     rates = np.asarray(rates, dtype=float)
     labels = np.asarray(labels).astype(bool)
-    fig, (ax_a, ax_b) = plt.subplots(1, 2, figsize=(COLUMN_WIDTH * 1.6, 2.1))
+    fig, (ax_a, ax_b) = _pyplot().subplots(1, 2, figsize=(COLUMN_WIDTH * 1.6, 2.1))
     rng = np.random.default_rng(0)
     for cls, color, name in ((True, "C2", "valid"), (False, "C3", "invalid")):
         r = rates[labels == cls]
@@ -217,7 +228,7 @@ def fig_probe_separation(rates, labels, em_accept_valid: float, em_accept_invali
 
 def fig_flip_grid(j_values, delta_edges, rate, markers: Sequence[dict] = ()):
     """Identifiability (RQ3 figure): flip probability over (J, Delta), real verifiers marked."""
-    fig, ax = plt.subplots(figsize=(COLUMN_WIDTH, 2.5))
+    fig, ax = _pyplot().subplots(figsize=(COLUMN_WIDTH, 2.5))
     j_values = np.asarray(j_values)
     dj = np.diff(j_values).mean() if j_values.size > 1 else 0.1
     j_edges = np.concatenate([[j_values[0] - dj / 2], (j_values[:-1] + j_values[1:]) / 2, [j_values[-1] + dj / 2]])
@@ -239,7 +250,7 @@ def fig_flip_grid(j_values, delta_edges, rate, markers: Sequence[dict] = ()):
 def fig_pareto(panels: Sequence[dict]):
     """Pareto plot (App. F figure): true validity vs mean repair rounds per policy; TPM hollow.
     Policies that land on the same point share one label ("A = B")."""
-    fig, axes = plt.subplots(1, len(panels), figsize=(TEXT_WIDTH, 2.6), squeeze=False)
+    fig, axes = _pyplot().subplots(1, len(panels), figsize=(TEXT_WIDTH, 2.6), squeeze=False)
     for ax, panel in zip(axes[0], panels):
         groups: dict[tuple, list] = {}
         for row in panel["rows"]:
@@ -270,7 +281,7 @@ def fig_loop_dynamics(panels: Sequence[dict]):
     budget and perturbation schedule. Each panel dict has ``title``, ``q_main``, ``q_control`` and
     optionally ``perturb_round``. The interior peak K* = argmax_k Q_k is marked only where the data
     show one (0 < K* < last round); otherwise the panel says "no interior peak"."""
-    fig, axes = plt.subplots(1, len(panels), figsize=(COLUMN_WIDTH * len(panels), 2.3), squeeze=False, sharey=True)
+    fig, axes = _pyplot().subplots(1, len(panels), figsize=(COLUMN_WIDTH * len(panels), 2.3), squeeze=False, sharey=True)
     for ax, panel in zip(axes[0], panels):
         q_main, q_control = np.asarray(panel["q_main"], float), np.asarray(panel["q_control"], float)
         k = np.arange(len(q_main))
