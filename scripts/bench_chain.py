@@ -72,7 +72,9 @@ def step_of(notebook: str) -> str:
 
 def run_chain(args) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-chain-") as tmp:
-        results = Path(tmp) / "results"
+        results = Path(args.results) if args.results else Path(tmp) / "results"
+        if results.exists() and any(results.iterdir()):
+            raise SystemExit(f"{results}: the chain must start from an empty results root")
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         proc = subprocess.run(["make", f"-j{args.jobs}", "reproduce", *make_vars(results, args)], cwd=REPO,
@@ -121,9 +123,8 @@ def exec_notebook(notebook: str, params: dict, profiler: cProfile.Profile | None
             injected = True
     if not injected:
         raise SystemExit(f"{notebook}: no cell tagged 'parameters'")
-    import matplotlib.pyplot as plt
-
-    plt.close("all")
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
 
 
 def run_plain(args) -> dict:
@@ -162,6 +163,8 @@ def main() -> None:
     ap.add_argument("--settings", default=None, help="SETTINGS= for make (default: the Makefile's)")
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="top N functions per step (plain loop)")
     ap.add_argument("--skip-chain", action="store_true", help="only the plain loop")
+    ap.add_argument("--results", metavar="DIR", help="run the chain into this (new or empty) results root and "
+                    "keep it, e.g. to compare its files with another build (default: a temporary root)")
     ap.add_argument("--durations", metavar="RESULTS", help="only print the papermill seconds per step of an "
                     "existing results root (e.g. one built by make reproduce) and exit")
     args = ap.parse_args()
