@@ -183,7 +183,7 @@ def fig_cross_setting(rows: Sequence[dict], ncols: int = 4):
         real = row.get("kind") == "real"
         ax.plot(k, row["Q"], "-o" if real else "--o", ms=3, color="C0" if real else "C7",
                 mfc="C0" if real else "white")
-        ax.set_title(f"{row['label']} [{'real' if real else 'sim.'}]\n{row['shape']}")
+        ax.set_title(f"{row['label'].replace(' (sim.)', '')} [{'real' if real else 'sim.'}]\n{row['shape']}")
         ax.set_ylim(0, 1)
         ax.set_xticks(k)
     for ax in axes.ravel()[n:]:
@@ -247,31 +247,39 @@ def fig_flip_grid(j_values, delta_edges, rate, markers: Sequence[dict] = ()):
     return fig
 
 
+PARETO_MARKERS = "osD^vP<>Xph*d"
+PARETO_COLORS = ["C0", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8", "C9", "black", "#e7298a", "#66a61e"]
+
+
 def fig_pareto(panels: Sequence[dict]):
-    """Pareto plot (App. F figure): true validity vs mean repair rounds per policy; TPM hollow.
-    Policies that land on the same point share one label ("A = B")."""
-    fig, axes = _pyplot().subplots(1, len(panels), figsize=(TEXT_WIDTH, 2.6), squeeze=False)
+    """Pareto plot (App. F figure): true validity vs mean repair rounds per policy, with 95 % CIs. Each policy
+    keeps one colour and marker in every panel (one legend below); markers shrink in the legend's order, so
+    policies that land on the same point stay visible one inside the other. TPM is hollow."""
+    names: list[str] = []
+    for panel in panels:
+        names += [r["policy"] for r in panel["rows"] if r["policy"] != "Hindsight best" and r["policy"] not in names]
+    style = {name: (PARETO_COLORS[i % len(PARETO_COLORS)], PARETO_MARKERS[i % len(PARETO_MARKERS)], 7.5 - 0.35 * i)
+             for i, name in enumerate(names)}
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(TEXT_WIDTH, 3.3), squeeze=False)
     for ax, panel in zip(axes[0], panels):
-        groups: dict[tuple, list] = {}
-        for row in panel["rows"]:
-            if row["policy"] == "Hindsight best":
+        rows = {r["policy"]: r for r in panel["rows"]}
+        for name in names:
+            if name not in rows:
                 continue
-            groups.setdefault((round(row["mean_K"], 3), round(row["V"], 4)), []).append(row)
-        for i, ((k, v), rows) in enumerate(sorted(groups.items())):
-            hollow = any(r["policy"] == "TPM reference" for r in rows)
-            r0 = rows[0]
-            ax.errorbar(k, v, yerr=[[v - r0["V_low"]], [r0["V_high"] - v]], fmt="o", ms=4, capsize=1.5, lw=0.7,
-                        color=f"C{i % 10}", mfc="white" if hollow else f"C{i % 10}")
-            text = " = ".join(r["policy"] for r in rows)
-            right = k > 3.5
-            ax.annotate(text, (k, v), fontsize=5.5, xytext=(-4 if right else 4, 3), textcoords="offset points",
-                        ha="right" if right else "left")
+            r, (color, marker, size) = rows[name], style[name]
+            ax.errorbar(r["mean_K"], r["V"], yerr=[[r["V"] - r["V_low"]], [r["V_high"] - r["V"]]], fmt=marker,
+                        ms=size, capsize=1.5, lw=0.6, color=color,
+                        mfc="none" if name == "TPM reference" else color, mec=color, label=name)
         ax.set_title(panel["title"])
         ax.set_xlabel("mean repair rounds $\\langle K\\rangle$")
         ax.set_ylim(0, 1.05)
         ax.set_xlim(-0.4, 5.4)
     axes[0][0].set_ylabel("true validity $V$")
-    fig.tight_layout()
+    handles = [plt.Line2D([], [], ls="", marker=style[n][1], color=style[n][0], ms=5,
+                          mfc="none" if n == "TPM reference" else style[n][0]) for n in names]
+    fig.legend(handles, names, loc="lower center", ncol=5, frameon=False, fontsize=6)
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
     return fig
 
 
