@@ -87,16 +87,46 @@ class ReplayResult:
     verifier_calls: dict[str, np.ndarray] = field(default_factory=dict)  # per instance, fixed-M counting
 
 
-def _tpm_params(setting: Setting, config: ReplayConfig) -> tuple[dict, str]:
+def _tpm_uses_truth(setting: Setting, config: ReplayConfig) -> bool:
     truth = setting.meta.get("true_params")
-    if config.tpm == "true" or (config.tpm == "auto" and truth):
-        if not truth:
-            raise ValueError(f"setting {setting.name}: tpm='true' needs meta['true_params']")
+    if config.tpm == "true" and not truth:
+        raise ValueError(f"setting {setting.name}: tpm='true' needs meta['true_params']")
+    return config.tpm == "true" or (config.tpm == "auto" and bool(truth))
+
+
+def _tpm_crossfit(setting: Setting, config: ReplayConfig) -> CrossFit:
+    """The labeled oracle: labeled MLE on all rounds of the other folds, same fold split."""
+    return crossfit(setting.S, setting.y, setting.M, method="labeled_mle", n_folds=config.n_folds,
+                    seed=config.seed, vote_rounds="all", max_pairs=None)
+
+
+def _tpm_params(setting: Setting, config: ReplayConfig) -> tuple[dict, str]:
+    if _tpm_uses_truth(setting, config):
+        truth = setting.meta["true_params"]
         return {k: float(truth[k]) for k in ("rho0", "rho1", "alpha", "beta", "pi")}, "true parameters"
-    # Labeled oracle: labeled MLE on all rounds of the other folds, same fold split.
-    cf = crossfit(setting.S, setting.y, setting.M, method="labeled_mle", n_folds=config.n_folds,
-                  seed=config.seed, vote_rounds="all", max_pairs=None)
-    return cf.as_kwargs(), "labeled estimates (cross-fit)"
+    return _tpm_crossfit(setting, config).as_kwargs(), "labeled estimates (cross-fit)"
+
+
+def _tpm_round_params(setting: Setting, config: ReplayConfig) -> tuple[dict, str]:
+    """TPM-t's parameters: VRR-Stop-t's oracle. With the simulation's truth, the true rho0, rho1, pi and its
+    round-dependent alpha_t, beta_t schedule (stationary alpha, beta where it has none); on real data the
+    labeled cross-fit rho0, rho1, pi with alpha_t, beta_t from every round's labeled pairs of the other folds
+    (``crossfit_round_rates`` on the labeled oracle's folds, all pairs)."""
+    n, rounds = setting.S.shape
+    if _tpm_uses_truth(setting, config):
+        truth, meta = setting.meta["true_params"], setting.meta
+        if meta.get("alpha_t") is not None:
+            a, b = (np.tile(np.append(meta[k], meta[k][-1]), (n, 1)) for k in ("alpha_t", "beta_t"))
+        else:
+            a, b = (np.full((n, rounds), float(truth[k])) for k in ("alpha", "beta"))
+        return {"rho0": float(truth["rho0"]), "rho1": float(truth["rho1"]), "pi": float(truth["pi"]),
+                "alpha_t": a, "beta_t": b}, "true parameters"
+    from ..calibration.round_dynamics import crossfit_round_rates
+    cf = _tpm_crossfit(setting, config)
+    est = cf.as_kwargs()
+    a, b, _ = crossfit_round_rates(setting.y, cf, max_pairs=None, seed=config.seed)
+    return {"rho0": est["rho0"], "rho1": est["rho1"], "pi": est["pi"], "alpha_t": a, "beta_t": b}, \
+        "labeled estimates (cross-fit, per round)"
 
 
 def j_diagnostic(setting: Setting, folds: np.ndarray, fold: int | None, config: ReplayConfig) -> float:
@@ -139,7 +169,7 @@ DEFAULT_POLICIES = ("No repair", "Majority stopping", "ConfStop", "Fixed", "Acce
                     TPM, "Hindsight best")
 # replayed on request (``policies=DEFAULT_POLICIES + EXTRA_POLICIES``): VRR-Stop with round-dependent
 # alpha_t, beta_t (vrr.calibration.round_dynamics; scripts/round_dynamics_table.py)
-EXTRA_POLICIES = ("VRR-Stop-t",)
+EXTRA_POLICIES = ("VRR-Stop-t", "TPM-t")
 
 
 def probe_kwargs(setting: Setting, config: ReplayConfig) -> dict:
@@ -206,6 +236,9 @@ def replay(setting: Setting, config: ReplayConfig = ReplayConfig(),
             alpha_t, beta_t, fits = crossfit_round_rates(y, cf, max_pairs=config.max_pairs, seed=config.seed)
             extras["round_rates_per_fold"] = [f.as_dict() for f in fits]
             out[name] = P.vrr_stop_t(S, M, est["rho0"], est["rho1"], alpha_t, beta_t, est["pi"], tau=config.tau)
+        elif name == "TPM-t":
+            params, extras["tpm_t_source"] = _tpm_round_params(setting, config)
+            out[name] = P.vrr_stop_t(S, M, tau=config.tau, **params)
         elif name == TPM:
             params, tpm_source = _tpm_params(setting, config)
             out[name] = P.vrr_stop(S, M, tau=config.tau, **params)
