@@ -52,7 +52,7 @@ define run_nb
 	@$(PY) -m vrr notebook $(1) $(2) $(3)
 endef
 
-.PHONY: all env sandbox-tool engine-env bfcl-env models test test-fast reproduce generate resolve bench bench-engine clean-results help
+.PHONY: all env sandbox-tool engine-env bfcl-env models test test-fast reproduce generate resolve bench bench-chain bench-engine clean-results help
 all: reproduce
 
 help:

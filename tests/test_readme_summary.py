@@ -1,7 +1,6 @@
 """The README's result tables quote the committed results (vrr.report.summary, scripts/readme_tables.py)."""
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -21,18 +20,16 @@ def test_readme_quotes_the_committed_results():
 
 
 def test_a_changed_result_shows_in_the_tables(tmp_path):
-    """The block is read from stats.json and calibration.json, so a moved V moves the README."""
-    for run in ("mbpp_cpu_favorable", "sim_qwen3b_pmstress"):
-        shutil.copytree(REPO / "results" / run, tmp_path / run,
-                        ignore=shutil.ignore_patterns("*.ipynb", "*.npz"))
+    """The block is read from the committed tables, so a moved V moves the README."""
+    shutil.copytree(REPO / "results" / "tables", tmp_path / "tables")
     before = readme_summary(tmp_path)
-    assert "| MBPP CPU fav. | 200 |" in before and "| Qwen-3B stress (sim.) |" in before
-    stats = json.loads((tmp_path / "mbpp_cpu_favorable" / "stats.json").read_text())
-    row = next(r for r in stats["policy_table"] if r["policy"] == "VRR-Stop")
-    row["V"] = 0.999
-    (tmp_path / "mbpp_cpu_favorable" / "stats.json").write_text(json.dumps(stats))
+    assert "| MBPP CPU fav. | 0.062 |" in before and "| Qwen-3B stress (sim.) | 0.44 |" in before
+    path = tmp_path / "tables" / "stopping_mbpp_cpu_favorable.csv"
+    text = path.read_text()
+    assert "VRR-Stop,\"0.475 [.405,.545]\"" in text
+    path.write_text(text.replace("VRR-Stop,\"0.475 [.405,.545]\"", "VRR-Stop,\"0.999 [.405,.545]\""))
     after = readme_summary(tmp_path)
-    assert after != before and "0.999 [" in after
+    assert after != before and "0.999 [.405,.545]" in after
 
 
 def test_splice_needs_both_markers():
