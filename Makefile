@@ -127,23 +127,15 @@ bench-engine: engine-env
 
 # ------------------------------------------------------------------ the chain, per setting
 # Simulated arrays are drawn into $(RESULTS)/<setting>/ (so two results roots never share them);
-# a real setting's 01 also depends on its committed arrays.
+# a real setting's 01 also depends on its committed arrays. The five notebooks of a setting are one rule
+# (a pattern rule with several targets makes them all in one run): they run in order in one kernel, its
+# namespace reset between notebooks, so each setting pays the kernel start and the imports once.
+STEP_NOTEBOOKS := 01_generate 02_label 03_calibrate 04_replay 05_stats
+step_args = $(if $(filter 01_generate,$(1)),$(if $(N),-p n $(N)))$(if $(filter 05_stats,$(1)),-p n_resamples $(RESAMPLES))
 .SECONDEXPANSION:
-$(RESULTS)/%/01_generate.ipynb: settings/%.yaml $(SETTINGS_SRC) notebooks/01_generate.ipynb $(VRR_SRC) \
-		$$(wildcard $(DATA)/real/$$*/arrays.npz) | env
-	$(call run_nb,notebooks/01_generate.ipynb,$@,$(NB_COMMON) $(if $(N),-p n $(N)))
-
-$(RESULTS)/%/02_label.ipynb: $(RESULTS)/%/01_generate.ipynb notebooks/02_label.ipynb $(VRR_SRC)
-	$(call run_nb,notebooks/02_label.ipynb,$@,$(NB_COMMON))
-
-$(RESULTS)/%/03_calibrate.ipynb: $(RESULTS)/%/02_label.ipynb notebooks/03_calibrate.ipynb $(VRR_SRC)
-	$(call run_nb,notebooks/03_calibrate.ipynb,$@,$(NB_COMMON))
-
-$(RESULTS)/%/04_replay.ipynb: $(RESULTS)/%/03_calibrate.ipynb notebooks/04_replay.ipynb $(VRR_SRC)
-	$(call run_nb,notebooks/04_replay.ipynb,$@,$(NB_COMMON))
-
-$(RESULTS)/%/05_stats.ipynb: $(RESULTS)/%/04_replay.ipynb notebooks/05_stats.ipynb $(VRR_SRC)
-	$(call run_nb,notebooks/05_stats.ipynb,$@,$(NB_COMMON) -p n_resamples $(RESAMPLES))
+$(foreach s,$(STEP_NOTEBOOKS),$(RESULTS)/%/$(s).ipynb): settings/%.yaml $(SETTINGS_SRC) \
+		$(foreach s,$(STEP_NOTEBOOKS),notebooks/$(s).ipynb) $(VRR_SRC) $$(wildcard $(DATA)/real/$$*/arrays.npz) | env
+	@$(PY) -m vrr notebook $(foreach s,$(STEP_NOTEBOOKS),notebooks/$(s).ipynb $(RESULTS)/$*/$(s).ipynb $(NB_COMMON) $(call step_args,$(s)))
 
 # resampling controls only feed the loop-dynamics figure
 PAPER_SETTINGS = $(filter-out sim_nonstationary sim_nonstationary_control mbpp_cpu_nonstationary_resample,$(SETTINGS))

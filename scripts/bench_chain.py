@@ -50,20 +50,16 @@ def make_vars(results: Path, args) -> list[str]:
 
 def notebook_commands(results: Path, args) -> list[tuple[str, str, dict]]:
     """(notebook, output, parameters) of every notebook ``make reproduce`` runs, in make's order."""
-    import yaml
+    from vrr.chain import parse_notebook_runs
 
     dry = subprocess.run(["make", "-n", "reproduce", *make_vars(results, args)], cwd=REPO, check=True,
                          capture_output=True, text=True).stdout
     out = []
     for line in dry.splitlines():
-        if " -m vrr notebook " not in line:
-            continue
-        words = shlex.split(line)
+        words = shlex.split(line) if " -m vrr notebook " in line else []
         if len(words) < 5 or words[1:4] != ["-m", "vrr", "notebook"]:
             continue
-        notebook, output, rest = words[4], words[5], words[6:]
-        params = {rest[i + 1]: yaml.safe_load(rest[i + 2]) for i in range(0, len(rest), 3) if rest[i] == "-p"}
-        out.append((notebook, output, params))
+        out += [(str(r.notebook), str(r.output), r.parameters) for r in parse_notebook_runs(words[4:])]
     return out
 
 

@@ -1,11 +1,13 @@
 """The notebook chain through papermill and the Makefile: one ``make reproduce`` of tests/conftest.py's
 CHAIN_SUBSET per test run (the ``chain_results`` fixture). Every expected table, figure, executed notebook and
 the index exist and parse; the chain's calibrations are the ones the in-process ``calibration`` fixture gives
-the other tests; steps 03-05 write the same bytes in a second root."""
+the other tests; a kernel per notebook writes the same bytes as make's one kernel per setting. Then the
+notebook runner itself: the namespace reset between notebooks, and what a failed notebook leaves."""
 import csv
 import json
-import shutil
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import matplotlib.image as mpimg
@@ -13,15 +15,17 @@ import nbformat
 import pytest
 
 from conftest import CHAIN_RESAMPLES, CHAIN_SUBSET
+from vrr.chain import parse_notebook_runs
 
 REPO = Path(__file__).resolve().parent.parent
+STEPS = ("01_generate", "02_label", "03_calibrate", "04_replay", "05_stats")
 
 
 @pytest.mark.chain
 def test_make_reproduce_writes_every_notebook_table_figure_and_the_index(chain_results):
     results = chain_results
     for s in CHAIN_SUBSET:
-        for step in ("01_generate", "02_label", "03_calibrate", "04_replay", "05_stats"):
+        for step in STEPS:
             nb = nbformat.read(results / s / f"{step}.ipynb", as_version=4)
             assert any("parameters" in c.metadata.get("tags", []) for c in nb.cells)
             errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
@@ -69,17 +73,83 @@ def test_the_chain_calibrations_are_the_in_process_ones(chain_results, calibrati
 
 
 @pytest.mark.chain
-def test_steps_03_to_05_write_the_same_bytes_twice(chain_results, tmp_path):
-    """Calibration, replay and statistics of one setting are byte-identical across two runs (the chain
-    fixture's and a second make into a fresh root that starts from the fixture's steps 01-02, times kept)."""
-    (tmp_path / "gsm8k_cpu_pmstress").mkdir()
-    for step in ("01_generate.ipynb", "02_label.ipynb"):
-        shutil.copy2(chain_results / "gsm8k_cpu_pmstress" / step, tmp_path / "gsm8k_cpu_pmstress" / step)
-    target = tmp_path / "gsm8k_cpu_pmstress" / "05_stats.ipynb"
-    proc = subprocess.run(["make", "--no-print-directory", f"RESULTS={tmp_path}", f"RESAMPLES={CHAIN_RESAMPLES}",
-                           str(target)], cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for name in ("calibration.json", "replay.npz", "stats.json", "stopping_gsm8k_cpu_pmstress.csv",
-                 "stopping_gsm8k_cpu_pmstress.tex"):
-        a, b = (root / "gsm8k_cpu_pmstress" / name for root in (chain_results, tmp_path))
+def test_a_kernel_per_notebook_writes_the_same_bytes_as_the_shared_kernel(chain_results, tmp_path):
+    """make runs a setting's five notebooks in one kernel; run one kernel per notebook instead (five
+    ``python -m vrr notebook`` calls into a fresh root), and the calibration, replay, statistics and
+    tables are byte-identical: nothing a notebook leaves in the kernel changes the next one's numbers."""
+    setting = "gsm8k_cpu_pmstress"
+    dry = subprocess.run(["make", "-n", "--no-print-directory", f"RESULTS={tmp_path}", f"RESAMPLES={CHAIN_RESAMPLES}",
+                          str(tmp_path / setting / "05_stats.ipynb")], cwd=REPO, capture_output=True, text=True)
+    line = next(l for l in dry.stdout.splitlines() if " -m vrr notebook " in l)
+    runs = parse_notebook_runs(shlex.split(line)[4:])
+    assert [r.notebook.name for r in runs] == [f"{s}.ipynb" for s in STEPS]
+    for r in runs:
+        args = [x for k, v in r.parameters.items() for x in ("-p", k, json.dumps(v))]
+        proc = _run_notebooks(r.notebook, r.output, *args)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for name in ("calibration.json", "replay.npz", "stats.json", f"stopping_{setting}.csv", f"stopping_{setting}.tex"):
+        a, b = (root / setting / name for root in (chain_results, tmp_path))
         assert a.read_bytes() == b.read_bytes(), name
+
+
+# --------------------------------------------------------------------------- the notebook runner
+def _notebook(path: Path, *cells: str) -> Path:
+    """A notebook whose first code cell is the ``parameters`` cell."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
+    nb.cells[0].metadata["tags"] = ["parameters"]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+def _run_notebooks(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vrr", "notebook", *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_notebooks_of_one_kernel_see_none_of_each_others_variables(tmp_path):
+    """Two notebooks in one kernel: the second starts with an empty namespace and an execution counter at
+    1, as in a fresh kernel, while the modules the first imported stay loaded."""
+    first = _notebook(tmp_path / "first.ipynb", "x = 1", "import fractions\ny = x + 1")
+    second = _notebook(tmp_path / "second.ipynb", "z = 0",
+                       "import sys\nprint(sorted(k for k in ('x', 'y', 'fractions') if k in globals()),"
+                       " 'fractions' in sys.modules)")
+    out = tmp_path / "out"
+    proc = _run_notebooks(first, out / "first.ipynb", "-p", "x", "5", second, out / "second.ipynb")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ran = nbformat.read(out / "second.ipynb", as_version=4)
+    code = [c for c in ran.cells if c.cell_type == "code"]
+    assert code[0].execution_count == 1
+    assert code[-1].outputs[0]["text"].strip() == "[] True"
+    injected = nbformat.read(out / "first.ipynb", as_version=4)
+    assert any("x = 5" in c.source for c in injected.cells)
+    assert sorted(p.name for p in out.iterdir()) == ["first.ipynb", "second.ipynb"]   # no log, no temporary
+
+
+def test_a_failed_notebook_stops_the_run_and_keeps_only_the_finished_outputs(tmp_path):
+    """The notebook that fails is kept as *.failed.ipynb with its traceback, the one before it stays
+    published, and the one after it never runs."""
+    ok = _notebook(tmp_path / "ok.ipynb", "a = 1", "b = a")
+    bad = _notebook(tmp_path / "bad.ipynb", "a = 1", "raise ValueError('broken step')")
+    after = _notebook(tmp_path / "after.ipynb", "a = 1", "open('ran-after', 'w').close()")
+    out = tmp_path / "out"
+    proc = _run_notebooks(ok, out / "ok.ipynb", bad, out / "bad.ipynb", after, out / "after.ipynb")
+    assert proc.returncode == 1
+    assert "broken step" in proc.stderr and f"FAILED: {out / 'bad.ipynb'}" in proc.stderr
+    assert (out / "ok.ipynb").is_file() and (out / "bad.failed.ipynb").is_file()
+    assert not (out / "bad.ipynb").exists() and not (out / "after.ipynb").exists()
+    assert not (REPO / "ran-after").exists()
+    assert not list(out.glob("*.tmp.ipynb"))
+    assert (out / "ok..after.log").is_file()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-p", "a", "1"], "-p comes after the notebook"),
+    (["a.ipynb"], "needs an output path"),
+    (["a.ipynb", "out.ipynb", "-p", "a"], "-p takes NAME VALUE"),
+    ([], "give NOTEBOOK OUTPUT"),
+])
+def test_notebook_command_line_errors_name_the_problem(args, message):
+    with pytest.raises(SystemExit, match=message):
+        parse_notebook_runs(args)

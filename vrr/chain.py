@@ -253,23 +253,62 @@ def _import_papermill():
     return papermill
 
 
-def run_notebook(notebook: str | os.PathLike, output: str | os.PathLike, parameters: dict[str, Any],
-                 cwd: str | os.PathLike | None = None) -> int:
-    """Execute one notebook with papermill; the output appears under its name only when it succeeded.
+@dataclass(frozen=True)
+class NotebookRun:
+    """One notebook to execute: its source, where the executed copy goes, and its papermill parameters."""
 
-    The notebook runs into ``<output>.tmp.ipynb``; success renames it to ``output``; failure keeps it
-    as ``<output stem>.failed.ipynb`` with the log. SIGTERM, SIGINT and SIGHUP stop the kernel (papermill
-    shuts it down on the way out), and the death of the parent (``make``, by any signal) sends SIGTERM
+    notebook: Path
+    output: Path
+    parameters: dict
+
+
+def parse_notebook_runs(tokens: Sequence[str]) -> list[NotebookRun]:
+    """``NB OUT [-p NAME VALUE]... [NB OUT [-p NAME VALUE]...]...`` -> the runs, in order.
+
+    A ``-p`` belongs to the notebook before it; its value is read as YAML (40 is an int, a,b a string)."""
+    runs: list[NotebookRun] = []
+    i = 0
+    while i < len(tokens):
+        if tokens[i] == "-p":
+            if not runs:
+                raise SystemExit("python -m vrr notebook: -p comes after the notebook it belongs to")
+            if i + 2 >= len(tokens):
+                raise SystemExit(f"python -m vrr notebook: -p takes NAME VALUE (got {list(tokens[i + 1:])})")
+            runs[-1].parameters[tokens[i + 1]] = yaml.safe_load(tokens[i + 2])
+            i += 3
+        else:
+            if i + 1 >= len(tokens) or tokens[i + 1] == "-p":
+                raise SystemExit(f"python -m vrr notebook: {tokens[i]} needs an output path after it")
+            runs.append(NotebookRun(Path(tokens[i]), Path(tokens[i + 1]), {}))
+            i += 2
+    if not runs:
+        raise SystemExit("python -m vrr notebook: give NOTEBOOK OUTPUT [-p NAME VALUE]...")
+    return runs
+
+
+# The namespace reset between two notebooks of one kernel: user variables go, imported modules stay,
+# and the execution counter restarts at 1, as in a fresh kernel.
+RESET_KERNEL = "get_ipython().reset(new_session=True)"
+
+
+def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = None) -> int:
+    """Execute notebooks in order with papermill, in one kernel; each output appears under its name only
+    when that notebook succeeded.
+
+    The kernel is started once and its namespace is reset between notebooks (:data:`RESET_KERNEL`): a
+    notebook sees none of the previous one's variables, but the libraries imported before stay loaded,
+    which halves the CPU time of a setting's five notebooks (``docs/profile.md``). Each notebook runs into
+    ``<output>.tmp.ipynb``; success renames it to ``output``; a failure keeps it as
+    ``<output stem>.failed.ipynb``, prints the log and runs nothing after it. SIGTERM, SIGINT and SIGHUP
+    stop the kernel, and the death of the parent (``make``, by any signal) sends SIGTERM
     (:func:`die_with_parent`), so killing ``make`` stops the whole run and leaves no output that looks
-    complete. Returns the exit status (0 on success).
+    complete. Returns the exit status (0 on success, 1 on a failed notebook, 130 on a signal).
     """
     import signal
+    import threading
 
     papermill = _import_papermill()
-    output = Path(output)
-    tmp = output.with_name(output.name + ".tmp.ipynb")
-    failed = output.with_name(output.stem + ".failed.ipynb")
-    output.parent.mkdir(parents=True, exist_ok=True)
+    from jupyter_client.manager import KernelManager
 
     def stop(signum, _frame):
         raise KeyboardInterrupt(f"signal {signum}")
@@ -277,41 +316,93 @@ def run_notebook(notebook: str | os.PathLike, output: str | os.PathLike, paramet
     for s in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, stop)
     die_with_parent(signal.SIGTERM)
-    print(f"[papermill] {Path(notebook).name} -> {output}", flush=True)
-    # One BLAS thread per kernel: make runs several notebooks at once, and the chain's BLAS calls are so
+    # One BLAS thread per kernel: make runs several settings at once, and the chain's BLAS calls are so
     # small that extra OpenBLAS threads only spin (3x the CPU time of the beta-binomial fits, same results).
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    for run in runs:
+        run.output.parent.mkdir(parents=True, exist_ok=True)
+    first, last = runs[0].output, runs[-1].output
     # The kernel and papermill write to our stderr; keep it in a log that is shown only on failure.
-    log = output.with_name(output.name + ".log")
+    log = first.with_name(first.name + ".log") if len(runs) == 1 else \
+        first.with_name(f"{first.stem}..{last.stem}.log")
+    km = KernelManager(kernel_name="python3")
+    state: dict[str, Any] = {"current": None, "error": None}
+
+    def execute_all():
+        # Runs in a worker thread: nbclient's own SIGTERM handler (installed only from the main thread)
+        # would shut the kernel down gracefully and let the notebook go on; ours stops the run at once.
+        try:
+            for i, run in enumerate(runs):
+                state["current"] = run
+                if i:
+                    _reset_kernel(km, run)
+                print(f"[papermill] {run.notebook.name} -> {run.output}", flush=True)
+                tmp = run.output.with_name(run.output.name + ".tmp.ipynb")
+                papermill.execute_notebook(str(run.notebook), str(tmp), parameters=run.parameters,
+                                           cwd=str(cwd or REPO_ROOT), progress_bar=False, log_output=False, km=km)
+                os.replace(tmp, run.output)
+                run.output.with_name(run.output.stem + ".failed.ipynb").unlink(missing_ok=True)
+            state["current"] = None
+        except BaseException as exc:  # papermill's execution error carries the failing cell's traceback
+            state["error"] = exc
+
+    status, worker = 0, None
     saved_stderr = os.dup(2)
     with open(log, "w") as log_fh:
         os.dup2(log_fh.fileno(), 2)
         try:
-            papermill.execute_notebook(str(notebook), str(tmp), parameters=parameters, cwd=str(cwd or REPO_ROOT),
-                                       progress_bar=False, log_output=False)
-            status = 0
+            km.start_kernel(cwd=str(cwd or REPO_ROOT))
+            worker = threading.Thread(target=execute_all, name="vrr-notebooks", daemon=True)
+            worker.start()
+            while worker.is_alive():
+                worker.join(0.2)
+            if state["error"] is not None:
+                print(state["error"], file=sys.stderr, flush=True)
+                status = 1
         except KeyboardInterrupt:
             status = 130
-        except Exception as exc:  # papermill's execution error carries the failing cell's traceback
-            print(exc, file=sys.stderr, flush=True)
-            status = 1
         finally:
+            if km.has_kernel:
+                km.shutdown_kernel(now=status != 0)
+            if worker is not None:
+                worker.join(30)   # the dead kernel ends the notebook's execution; wait for papermill's last write
             sys.stderr.flush()
             os.dup2(saved_stderr, 2)
             os.close(saved_stderr)
-    if status == 130:
-        tmp.unlink(missing_ok=True)
-        print(f"INTERRUPTED: {output} (nothing written; log {log})", file=sys.stderr, flush=True)
-    elif status == 1:
-        if tmp.exists():
-            os.replace(tmp, failed)
-        sys.stderr.write(log.read_text()[-8000:])
-        print(f"FAILED: {output} (see {failed} and {log})", file=sys.stderr, flush=True)
-    else:
-        os.replace(tmp, output)
-        failed.unlink(missing_ok=True)
+    current = state["current"]
+    if current is not None:
+        tmp = current.output.with_name(current.output.name + ".tmp.ipynb")
+        if status == 130:
+            tmp.unlink(missing_ok=True)
+            print(f"INTERRUPTED: {current.output} (nothing written; log {log})", file=sys.stderr, flush=True)
+        else:
+            failed = current.output.with_name(current.output.stem + ".failed.ipynb")
+            if tmp.exists():
+                os.replace(tmp, failed)
+            sys.stderr.write(log.read_text()[-8000:])
+            print(f"FAILED: {current.output} (see {failed} and {log})", file=sys.stderr, flush=True)
+    elif status == 0:
         log.unlink(missing_ok=True)
     return status
+
+
+def _reset_kernel(km, run: NotebookRun) -> None:
+    """:data:`RESET_KERNEL` in the kernel of ``km``, before ``run``; an error if the kernel refuses."""
+    client = km.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        reply = client.execute_interactive(RESET_KERNEL, silent=True, store_history=False, timeout=60)
+    finally:
+        client.stop_channels()
+    if reply["content"]["status"] != "ok":
+        raise RuntimeError(f"could not reset the kernel before {run.notebook}: {reply['content']}")
+
+
+def run_notebook(notebook: str | os.PathLike, output: str | os.PathLike, parameters: dict[str, Any],
+                 cwd: str | os.PathLike | None = None) -> int:
+    """Execute one notebook with papermill (:func:`run_notebooks` with a single run)."""
+    return run_notebooks([NotebookRun(Path(notebook), Path(output), dict(parameters))], cwd=cwd)
 
 
 # --------------------------------------------------------------------------- python -m vrr
@@ -393,15 +484,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     j.add_argument("--problems", type=int, default=40)
     j.add_argument("--out", help="JSON output")
     argv = list(sys.argv[1:] if argv is None else argv)
-    nb = sub.add_parser("notebook", help="execute one notebook of the chain (what make runs)")
-    nb.add_argument("notebook")
-    nb.add_argument("output")
-    nb.add_argument("-p", nargs=2, action="append", metavar=("NAME", "VALUE"), default=[],
-                    help="a parameter of the notebook (the value is read as YAML: 40 is an int, a,b a string)")
+    sub.add_parser("notebook", usage="python -m vrr notebook NOTEBOOK OUTPUT [-p NAME VALUE]... [NOTEBOOK OUTPUT ...]",
+                   help="execute notebooks of the chain in one kernel, in order (what make runs); "
+                        "-p NAME VALUE is a parameter of the notebook before it, its value read as YAML")
+    if argv[:1] == ["notebook"]:
+        if any(t in ("-h", "--help") for t in argv[1:]):
+            ap.parse_args(argv)
+        return run_notebooks(parse_notebook_runs(argv[1:]))
     a = ap.parse_args(argv)
-
-    if a.command == "notebook":
-        return run_notebook(a.notebook, a.output, {k: yaml.safe_load(v) for k, v in a.p})
     starts_engines = a.command == "measure-judge-styles" or (a.command == "generate" and not a.finalize_only)
     if starts_engines:
         if os.environ.get(WORKER_ENV) != "1":
