@@ -35,8 +35,8 @@ from pathlib import Path
 # as in the chain's kernels (vrr.chain.run_notebook): one BLAS thread per process
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-from bench_engine import _cpu as machine_kind  # noqa: E402  (the one /proc/cpuinfo reading of the scripts)
+sys.path.insert(0, str(REPO))
+from vrr.loop.engine.backend import cpu_kind  # noqa: E402
 
 STEPS = ("01", "02", "03", "04", "05", "06")
 
@@ -172,7 +172,7 @@ def main() -> None:
         print(f"sum {sum(count.values()):3d} notebooks  {sum(per_step.values()):7.1f} s")
         return
 
-    print(f"machine: {machine_kind()}; commit {commit()}; load average {os.getloadavg()[0]:.2f} at start")
+    print(f"machine: {cpu_kind()}, {os.cpu_count()} cores; commit {commit()}; load average {os.getloadavg()[0]:.2f} at start")
     chain = None if args.skip_chain else run_chain(args)
     plain = run_plain(args)
     profiled = run_plain(args, profile=True) if args.profile else None

