@@ -138,7 +138,7 @@ def test_a_stored_answer_is_read_again_only_from_a_statement_redaction_left_inta
 ])
 def test_the_last_explicit_statement_wins_whatever_its_form(plan, want):
     """Boxes, "final answer is" and "The answer is" are read in text order: the last one that states a
-    number is the answer (an earlier box or "final answer" no longer beats the final line)."""
+    number is the answer (a box or "final answer" before the final line does not beat it)."""
     assert gsm8k.extract_answer(plan) == want
 
 

@@ -1,6 +1,7 @@
-"""Bad input never costs good records, never crashes a batch, and never looks complete (issue battery).
+"""Bad input never costs good records, never crashes a batch, and never looks complete.
 
-Each test reproduces one fault found against the earlier code and asserts the fixed behaviour."""
+Each test feeds one kind of fault (a corrupt line, a crashing record, an interrupted write) and asserts
+what the code does with it."""
 import gzip
 import json
 import shutil
