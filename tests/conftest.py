@@ -92,10 +92,13 @@ def chain_results(tmp_path_factory) -> Path:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """A test that uses the chain fixture is a chain test, whatever its module says (before -m selects)."""
+    """A test that uses the chain fixture is a chain test, whatever its module says (before -m selects).
+    Under pytest-xdist (``-n``, ``--dist loadgroup``) the chain tests share one worker, so the chain is
+    built once per run."""
     for item in items:
         if "chain_results" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.chain)
+            item.add_marker(pytest.mark.xdist_group("chain"))
 
 
 def require_adapter_library(name: str):
