@@ -45,7 +45,7 @@ space := $(empty) $(empty)
 comma := ,
 NB_COMMON = -p setting $* -p data_root $(DATA) -p results_root $(RESULTS) -p seed $(SEED) \
 	$(if $(MODEL),-p model $(MODEL)) $(if $(VERIFIER),-p verifier $(VERIFIER))
-# run NOTEBOOK OUTPUT ARGS: papermill into a temporary name, renamed only on success (vrr.chain.run_notebook);
+# run NOTEBOOK OUTPUT ARGS: papermill into a temporary name, renamed only on success (vrr.chain.run_notebooks);
 # a signal stops the kernel and leaves no output. The command has no shell syntax, so make runs it
 # directly and its SIGTERM reaches the runner.
 define run_nb
