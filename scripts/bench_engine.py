@@ -105,7 +105,7 @@ def replay_workload(llm, shapes: list[tuple[int, list[int]]], vocab_ids: list[in
 
 
 def throughput(a) -> dict:
-    """Peak vs achieved generation rate (issue 11 item 5), printed and returned.
+    """Peak vs achieved generation rate, printed and returned.
 
     Two peaks: the decode-only peak (short synthetic prompts, ``--peak-tokens`` each, at each
     ``--peak-requests`` concurrency: the engine's best generated tok/s on any work) and the workload

@@ -201,7 +201,7 @@ def test_a_later_block_without_a_call_does_not_hide_the_call():
 
 
 def test_stray_text_and_an_echoed_answer_format_after_the_call_do_not_replace_it():
-    """Issue 19 review: lines that do not start a call (explanations, the echoed answer format) are never
+    """Lines that do not start a call (explanations, the echoed answer format) are never
     read as the call (synthetic plans)."""
     from vrr.loop.tasks.bfcl import extract_answer
 

@@ -130,11 +130,10 @@ def test_a_stored_answer_is_read_again_only_from_a_statement_redaction_left_inta
     assert task.stored_answer(only_last_number) == "8"
 
 
-# Issue 19 (item 8): the stated final answer wins. Each synthetic plan below was misread by the previous
-# rule (its answer in the comment).
+# The stated final answer wins. Each synthetic plan below has a tempting wrong reading (in the comment).
 @pytest.mark.parametrize("plan, want", [
-    ("The final answer is 100.\nRecomputing: 4 * 10 = 40.\nThe answer is 40.", "40"),   # was 100
-    ("So the total is \\boxed{9}.\nRounding down, the answer is 8.", "8"),                # was 9
+    ("The final answer is 100.\nRecomputing: 4 * 10 = 40.\nThe answer is 40.", "40"),   # not 100
+    ("So the total is \\boxed{9}.\nRounding down, the answer is 8.", "8"),                # not 9
 ])
 def test_the_last_explicit_statement_wins_whatever_its_form(plan, want):
     """Boxes, "final answer is" and "The answer is" are read in text order: the last one that states a
@@ -143,8 +142,8 @@ def test_the_last_explicit_statement_wins_whatever_its_form(plan, want):
 
 
 @pytest.mark.parametrize("plan, want", [
-    ('The answer is 12. The feedback says the proposed "The answer is 30" is wrong.', "12"),  # was 30
-    ("The answer is 12.\nThe reviewer quoted \u201cThe answer is 30.\u201d", "12"),         # was 30
+    ('The answer is 12. The feedback says the proposed "The answer is 30" is wrong.', "12"),  # not 30
+    ("The answer is 12.\nThe reviewer quoted \u201cThe answer is 30.\u201d", "12"),         # not 30
     ('The proposed solution said "The answer is 30." I agree.', "30"),  # only a quoted statement: it counts
 ])
 def test_a_quoted_answer_statement_is_an_echo(plan, want):

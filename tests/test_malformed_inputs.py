@@ -211,7 +211,7 @@ def test_battery_counts():
     assert total > 0
 
 
-# --------------------------------------------------------------------------- hostile arrays files (issue 19)
+# --------------------------------------------------------------------------- hostile arrays files
 def _run_setting() -> Setting:
     """A setting as a generation run writes it: its meta restates the arrays in many places."""
     from vrr.core.model import class_accept_rates

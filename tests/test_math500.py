@@ -181,7 +181,7 @@ def test_a_stored_empty_answer_is_read_again_from_the_plan_unless_redaction_cut_
 
 
 def test_stray_constructs_after_the_box_and_template_echoes_do_not_replace_it():
-    """Issue 19 review: only box contents are read, so a later ``\\frac``, number or answer sentence outside
+    """Only box contents are read, so a later ``\\frac``, number or answer sentence outside
     a box never replaces the boxed answer; an echoed empty box is passed over (synthetic plans)."""
     from vrr.loop.tasks.math500 import extract_answer
 

@@ -90,7 +90,7 @@ def _validity(path):
 
 
 def test_nonstationary_diagnostic_closes_half_the_gap_and_no_setting_loses(calibration):
-    """Issue 12 item 3: on the non-stationary diagnostic VRR-Stop-t closes at least half of the gap between
+    """On the non-stationary diagnostic VRR-Stop-t closes at least half of the gap between
     VRR-Stop and hindsight, and it loses no more than 1 pp against VRR-Stop on any committed setting."""
     v = _validity(calibration("sim_nonstationary"))
     assert v["VRR-Stop-t"] - v["VRR-Stop"] >= 0.5 * (v["Hindsight best"] - v["VRR-Stop"]) - 1e-12

@@ -134,7 +134,7 @@ def test_simulated_setting_needs_its_parameters(tmp_path):
         load_config(path)
 
 
-# --------------------------------------------------------------------------- hostile settings (issue 19)
+# --------------------------------------------------------------------------- hostile settings
 def _refused(path, field, words=""):
     with pytest.raises(SettingConfigError) as info:
         load_config(path)
