@@ -110,18 +110,21 @@ def _run_notebooks(*args) -> subprocess.CompletedProcess:
 
 def test_notebooks_of_one_kernel_see_none_of_each_others_variables(tmp_path):
     """Two notebooks in one kernel: the second starts with an empty namespace and an execution counter at
-    1, as in a fresh kernel, while the modules the first imported stay loaded."""
+    1, as in a fresh kernel, while the modules the first imported stay loaded; the kernel talks over IPC."""
     first = _notebook(tmp_path / "first.ipynb", "x = 1", "import fractions\ny = x + 1")
     second = _notebook(tmp_path / "second.ipynb", "z = 0",
                        "import sys\nprint(sorted(k for k in ('x', 'y', 'fractions') if k in globals()),"
-                       " 'fractions' in sys.modules)")
+                       " 'fractions' in sys.modules)",
+                       "from ipykernel.kernelapp import IPKernelApp\nprint(IPKernelApp.instance().transport)")
     out = tmp_path / "out"
     proc = _run_notebooks(first, out / "first.ipynb", "-p", "x", "5", second, out / "second.ipynb")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ran = nbformat.read(out / "second.ipynb", as_version=4)
     code = [c for c in ran.cells if c.cell_type == "code"]
     assert code[0].execution_count == 1
-    assert code[-1].outputs[0]["text"].strip() == "[] True"
+    assert code[-2].outputs[0]["text"].strip() == "[] True"
+    # Unix sockets, not loopback TCP ports: two settings started at once cannot race for a port
+    assert code[-1].outputs[0]["text"].strip() == "ipc"
     injected = nbformat.read(out / "first.ipynb", as_version=4)
     assert any("x = 5" in c.source for c in injected.cells)
     assert sorted(p.name for p in out.iterdir()) == ["first.ipynb", "second.ipynb"]   # no log, no temporary

@@ -304,7 +304,9 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
     (:func:`die_with_parent`), so killing ``make`` stops the whole run and leaves no output that looks
     complete. Returns the exit status (0 on success, 1 on a failed notebook, 130 on a signal).
     """
+    import shutil
     import signal
+    import tempfile
     import threading
 
     papermill = _import_papermill()
@@ -325,7 +327,10 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
     # The kernel and papermill write to our stderr; keep it in a log that is shown only on failure.
     log = first.with_name(first.name + ".log") if len(runs) == 1 else \
         first.with_name(f"{first.stem}..{last.stem}.log")
-    km = KernelManager(kernel_name="python3")
+    # IPC transport (Unix sockets in a private directory of this run) rather than TCP: concurrent settings
+    # never race for a loopback port, and no other user of the machine can reach the kernel.
+    socket_dir = tempfile.mkdtemp(prefix="vrr-kernel-")
+    km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(socket_dir, "kernel"))
     state: dict[str, Any] = {"current": None, "error": None}
 
     def execute_all():
@@ -366,6 +371,7 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
                 km.shutdown_kernel(now=status != 0)
             if worker is not None:
                 worker.join(30)   # the dead kernel ends the notebook's execution; wait for papermill's last write
+            shutil.rmtree(socket_dir, ignore_errors=True)
             sys.stderr.flush()
             os.dup2(saved_stderr, 2)
             os.close(saved_stderr)
