@@ -111,9 +111,9 @@ def test_hostile_battery_gets_no_wrong_verdict_and_leaves_nothing(mbpp):
                         Path(__file__).resolve().parent / f"{TOKEN}-repo") if p.exists()]
     assert left == []
     end = time.monotonic() + 10
-    while live_sandbox_processes() and time.monotonic() < end:
+    while live_sandbox_processes(made_by=os.getpid()) and time.monotonic() < end:
         time.sleep(0.1)
-    assert live_sandbox_processes() == []
+    assert live_sandbox_processes(made_by=os.getpid()) == []
     ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     assert "sleep(120)" not in ps and TOKEN not in ps.replace("pytest", "")
 

@@ -275,13 +275,15 @@ class _Cgroup:
                     time.sleep(0.01)
 
 
-def live_sandbox_processes() -> list[int]:
-    """Pids of live processes in any cgroup made by this module (leftover checks)."""
+def live_sandbox_processes(made_by: int | None = None) -> list[int]:
+    """Pids of live processes in any cgroup made by this module (leftover checks); with ``made_by``, only
+    in the cgroups that process made (a test beside others running the sandbox at the same time)."""
+    mark = CGROUP_PREFIX if made_by is None else f"{CGROUP_PREFIX}-{made_by}-"
     out = []
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                if CGROUP_PREFIX in Path(f"/proc/{name}/cgroup").read_text():
+                if mark in Path(f"/proc/{name}/cgroup").read_text():
                     out.append(int(name))
             except OSError:
                 pass
