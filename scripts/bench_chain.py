@@ -32,7 +32,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-# as in the chain's kernels (vrr.chain.run_notebook): one BLAS thread per process
+# as in the chain's kernels (vrr.chain.run_notebooks): one BLAS thread per process
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
