@@ -60,6 +60,8 @@ def test_real_engine_generate_label_smollm2(tmp_path):
         assert all(isinstance(rd["plan"], str) and rd["plan"] for rd in r["rounds"])
     meta = json.loads((d / "run_meta.json").read_text())
     assert meta["engine"]["load_seconds"] > 0 and meta["sessions"][-1]["instances"] == 2
+    machine = meta["sessions"][-1]["machine"]  # a window resumed elsewhere names each session's machine
+    assert machine["dtype"] == meta["engine"]["engine_config"]["dtype"] and machine["cpu_kind"] != "other"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])

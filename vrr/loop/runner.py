@@ -19,6 +19,7 @@ runs both.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -68,6 +69,15 @@ def describe_engines(engines: dict[str, ChatEngine]) -> dict:
     if others:
         out = {**out, "other_roles": others}
     return out
+
+
+def session_machine(desc: dict) -> dict:
+    """Where one session's records were generated: backend, dtype and CPU kind. A window resumed on
+    another machine spans several, and ``run_meta.json``'s top-level ``engine`` is only the last one's."""
+    from .engine.backend import cpu_kind
+
+    return {"backend": desc.get("backend"), "dtype": (desc.get("engine_config") or {}).get("dtype"),
+            "cpu_kind": cpu_kind(), "cores": os.cpu_count()}
 
 
 def repair_feedback(task: Task, verifier, outputs: Sequence[str], plan: str, problem: Problem) -> str:
@@ -288,6 +298,7 @@ def _generate_locked(cfg: RunConfig, paths: store.RunPaths, task: Task, engine, 
         session["engine_load_seconds"] = round(sum(getattr(e, "load_seconds", 0.0)
                                                    for e in {id(e): e for e in engines.values()}.values()), 1)
     desc = describe_engines(engines)
+    session["machine"] = session_machine(desc)
     t_start = time.time()
     bs = max(1, cfg.batch_size)
     for phase, todo, done, total, part, run, counter in (
