@@ -48,3 +48,17 @@ def test_check_mode_reports_a_stale_readme(tmp_path):
     assert stale.returncode == 1 and "differ" in stale.stderr
     subprocess.run(script, check=True)
     assert subprocess.run([*script, "--check"]).returncode == 0
+
+
+def test_an_estimate_without_plans_of_its_class_reads_n_a(tmp_path):
+    """A window with no valid plan has no rho1, J or beta: the table says n/a, not nan, and keeps rho0."""
+    shutil.copytree(REPO / "results" / "tables", tmp_path / "tables")
+    path = tmp_path / "tables" / "loop_dynamics.csv"
+    lines = path.read_text().splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith("MBPP CPU fav.,"))
+    cells = lines[i].split(",")
+    cells[2:7] = ["nan", "nan", "0", "nan", "nan"]  # rho1, J, alpha, beta, b*
+    lines[i] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    block = readme_summary(tmp_path)
+    assert "| MBPP CPU fav. | 0.062 | n/a | n/a | 0.000 | n/a | n/a |" in block and "nan" not in block

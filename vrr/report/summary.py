@@ -6,6 +6,7 @@ the committed tables, so the README cannot drift from what `make reproduce` wrot
 """
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -29,6 +30,13 @@ def _pvalue(p: float) -> str:
 def _paired(row: dict) -> str:
     dv, lo, hi = (100 * x for x in _numbers(row["dV [95% CI]"]))
     return f"{dv:+.1f} [{lo:+.1f}, {hi:+.1f}], p={_pvalue(float(row['mcnemar_p']))}"
+
+
+def _estimate(text: str) -> str:
+    """A labeled estimate to three decimals; "n/a" where the window has no plan of the class it is a rate of
+    (rho1 and beta need valid plans, alpha invalid ones)."""
+    x = float(text)
+    return "n/a" if math.isnan(x) else f"{x:.3f}"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -63,9 +71,9 @@ def readme_summary(results_root: str | Path) -> str:
                                            "Hindsight best"])] for _, label, sim, rows in runs if sim])
     real = [(name, label, rows) for name, label, sim, rows in runs if not sim]
     out += ["", "**Real windows: loop dynamics** (labeled estimates on the window; $\\alpha,\\beta$ from the first "
-            "repair; `results/tables/loop_dynamics.csv`):", ""]
+            "repair; n/a: no plan of that class to estimate it on; `results/tables/loop_dynamics.csv`):", ""]
     out += _table(["setting", "ρ0", "ρ1", "J", "α", "β", "b*", "validity by round (shape)"],
-                  [[label, *(f"{float(dynamics[label][k]):.3f}" for k in ("rho0", "rho1", "J", "alpha", "beta", "b_star")),
+                  [[label, *(_estimate(dynamics[label][k]) for k in ("rho0", "rho1", "J", "alpha", "beta", "b_star")),
                     dynamics[label]["shape"]] for _, label, _ in real])
     out += ["", "**Real windows: stopping** ($V$ [95 % bootstrap CI]; VRR-Stop's mean committed round ⟨K⟩ and "
             "verifier calls per instance; `results/tables/stopping_<setting>.csv`):", ""]
