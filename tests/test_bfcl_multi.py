@@ -184,10 +184,12 @@ def test_multi_step_plans_advance_in_lockstep(task, problems):
     from vrr.loop.runner import _Tokens, chat_plans
 
     batch = problems[:3]
-    engine, tokens = FakeEngine(task), _Tokens()
-    plans, fins = chat_plans(engine, task, batch, tokens=tokens)
+    engine, tokens, stages = FakeEngine(task), _Tokens(), []
+    plans, fins = chat_plans(engine, task, batch, tokens=tokens, stage=stages.append)
     # two requests per turn (the calls, then "Done." after their results), one request over the whole batch
     assert len(engine.calls) == 2 * max(p.n_turns for p in batch)
+    assert stages[0] == "plans step 1 (3 unfinished)" and len(stages) == len(engine.calls)
+    assert [int(s.split("(")[1].split()[0]) for s in stages] == [c["B"] for c in engine.calls]
     assert [c["B"] for c in engine.calls][0] == 3 and tokens.counts["prompt"] > 0
     for p, (plan,), (fin,) in zip(batch, plans, fins):
         assert plan == bfcl_multi.synthetic_plan(p, p.index % 2 == 0) and fin == "stop"

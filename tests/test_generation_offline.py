@@ -328,3 +328,22 @@ def test_the_machine_kind_and_the_default_cpu_dtype_follow_the_cpu_flags(monkeyp
     monkeypatch.delenv("VRR_CPU_DTYPE", raising=False)
     assert backend.cpu_has_bf16() is bf16
     assert backend.default_dtype("vllm-cpu") == ("bfloat16" if bf16 else "float32")
+
+
+def test_a_batch_reports_its_round_and_role():
+    """A batch of multi-turn plans runs for many minutes: the progress bar is told each round, role and plan step."""
+    from vrr.loop.runner import run_batch, run_probe_batch
+
+    cfg = small_cfg(K_max=2)
+    seen: list[str] = []
+    problems = TASK.load("test")[:2]
+    run_batch(FakeEngine(), cfg, problems, task=TASK, stage=seen.append)
+    assert seen == ["round 0: plans", "round 0 votes", "round 1 repair", "round 1 votes", "round 2 repair",
+                    "round 2 votes"]
+    seen.clear()
+    run_batch(FakeEngine(), small_cfg(**{"repair.mode": "resample", "K_max": 1}), problems, task=TASK,
+              stage=seen.append)
+    assert seen == ["round 0: plans", "round 0 votes", "round 1 resample: plans", "round 1 votes"]
+    seen.clear()
+    run_probe_batch(FakeEngine(), cfg, problems, task=TASK, stage=seen.append)
+    assert seen == ["plans", "votes"]

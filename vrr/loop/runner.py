@@ -92,7 +92,7 @@ def repair_feedback(task: Task, verifier, outputs: Sequence[str], plan: str, pro
 
 
 def chat_plans(engine, task: Task, problems: Sequence[Problem], questions: Sequence[str] | None = None,
-               temperature: float = 0.7, max_tokens: int = 512, n: int = 1, tokens=None
+               temperature: float = 0.7, max_tokens: int = 512, n: int = 1, tokens=None, stage=None
                ) -> tuple[list[list[str]], list[list]]:
     """Generator plans ``[B][n]`` and their finish reasons, for the problem texts ``questions`` (default:
     the problems' own; the repairer's perturbed copies in resample mode).
@@ -102,9 +102,11 @@ def chat_plans(engine, task: Task, problems: Sequence[Problem], questions: Seque
     request, receives the reply, and returns the plan. The plans of the batch advance in lockstep, one
     engine request over every unfinished plan per step; a plan's finish is "length" when any of its
     steps was cut. Other tasks: one ``generator_messages`` request with ``n`` samples. ``tokens`` (a
-    ``_Tokens``) counts every request."""
+    ``_Tokens``) counts every request; ``stage`` (a callable taking a short text) is told each step."""
     questions = [p.question for p in problems] if questions is None else list(questions)
     if not hasattr(task, "plan_steps"):
+        if stage is not None:
+            stage("plans")
         outs = engine.chat([task.prompts.generator_messages(q) for q in questions], temperature=temperature,
                            max_tokens=max_tokens, n=n)
         if tokens is not None:
@@ -116,8 +118,12 @@ def chat_plans(engine, task: Task, problems: Sequence[Problem], questions: Seque
     pending = {}
     for j, (_, steps) in enumerate(slots):
         pending[j] = next(steps)
+    step = 0
     while pending:
         order = sorted(pending)
+        step += 1
+        if stage is not None:
+            stage(f"plans step {step} ({len(order)} unfinished)")
         outs = engine.chat([pending[j] for j in order], temperature=temperature, max_tokens=max_tokens, n=1)
         if tokens is not None:
             tokens.add(engine)
@@ -159,12 +165,16 @@ class _Tokens:
 
 
 def run_batch(engine, cfg: RunConfig, problems: Sequence[Problem], batch_id: int = 0,
-              task: Task | None = None) -> list[dict]:
+              task: Task | None = None, stage=None) -> list[dict]:
     """Run the full frozen-trajectory protocol for a batch of problems; one record each.
 
     Batched across instances: for round k there is one request over all the batch's verifier
-    conversations (``n=M``) and one over all repair conversations (``n=1``).
+    conversations (``n=M``) and one over all repair conversations (``n=1``). ``stage``, if given, is told
+    which round and role the batch is at (a batch of multi-turn plans runs for many minutes).
     """
+    def at(text: str):
+        return None if stage is None else (lambda detail: stage(f"{text}: {detail}"))
+
     task = task or get_task(cfg.dataset)
     engines = _as_roles(engine)
     verifier = make_verifier(cfg.verifier, cfg.judge_style, cfg.judge_tokens(), cfg.judge_temperature)
@@ -175,11 +185,13 @@ def run_batch(engine, cfg: RunConfig, problems: Sequence[Problem], batch_id: int
     tokens = _Tokens()
     gen, rep = engines["generator"], engines["repairer"]
     outs, fins = chat_plans(gen, task, problems, temperature=cfg.gen_temperature, max_tokens=cfg.gen_max_tokens,
-                            tokens=tokens)
+                            tokens=tokens, stage=at("round 0"))
     for i in range(B):
         rounds[i].append({"k": 0, "source": "generate", "perturbed": False, "plan": outs[i][0],
                           "finish": fins[i][0]})
     for k in range(cfg.K_max + 1):
+        if stage is not None:
+            stage(f"round {k} votes")
         jout, votes = verifier.votes(engines["judge"], task, problems, [rounds[i][k]["plan"] for i in range(B)],
                                      cfg.M)
         tokens.add(engines["judge"])
@@ -193,8 +205,11 @@ def run_batch(engine, cfg: RunConfig, problems: Sequence[Problem], batch_id: int
                      for i, p in enumerate(problems)]
         if cfg.repair_mode == "resample":  # a fresh sample comes from the generator
             rout, rfin = chat_plans(gen, task, problems, questions, temperature=cfg.repair_temperature,
-                                    max_tokens=cfg.repair_max_tokens, tokens=tokens)
+                                    max_tokens=cfg.repair_max_tokens, tokens=tokens,
+                                    stage=at(f"round {k + 1} resample"))
         else:
+            if stage is not None:
+                stage(f"round {k + 1} repair")
             convs = [task.prompts.repair_messages(q, task.clip_plan(rounds[i][k]["plan"]),
                                                   repair_feedback(task, verifier, jout[i], rounds[i][k]["plan"], p),
                                                   cfg.repair_style)
@@ -214,15 +229,17 @@ def run_batch(engine, cfg: RunConfig, problems: Sequence[Problem], batch_id: int
 
 
 def run_probe_batch(engine, cfg: RunConfig, problems: Sequence[Problem], batch_id: int = 0,
-                    task: Task | None = None) -> list[dict]:
+                    task: Task | None = None, stage=None) -> list[dict]:
     """Calibration probe: one generator plan per problem, ``probe_votes`` verifier votes on it."""
     task = task or get_task(cfg.dataset)
     engines = _as_roles(engine)
     verifier = make_verifier(cfg.verifier, cfg.judge_style, cfg.judge_tokens(), cfg.judge_temperature)
     t0 = time.time()
     outs, _ = chat_plans(engines["generator"], task, problems, temperature=cfg.gen_temperature,
-                         max_tokens=cfg.repair_max_tokens)
+                         max_tokens=cfg.repair_max_tokens, stage=stage)
     plans = [o[0] for o in outs]
+    if stage is not None:
+        stage("votes")
     jout, votes = verifier.votes(engines["judge"], task, problems, plans, cfg.probe_votes)
     dt = time.time() - t0
     return [{**p.ref, "setting": cfg.setting, "plan": pl, "judge": j, "votes": v, "batch": batch_id,
@@ -309,7 +326,8 @@ def _generate_locked(cfg: RunConfig, paths: store.RunPaths, task: Task, engine, 
         bar = _progress(total, len(done), f"{cfg.setting} {phase}") if progress else None
         for b in range(0, len(todo), bs):
             batch = todo[b:b + bs]
-            recs = run(engines, cfg, batch, batch_id=len(done) // bs + b // bs, task=task)
+            recs = run(engines, cfg, batch, batch_id=len(done) // bs + b // bs, task=task,
+                       stage=bar.set_postfix_str if bar else None)
             store.append_records(part, [_redacted(task, r) for r in recs])
             session[counter] += len(recs)
             session["seconds"] = round(time.time() - t_start, 1)
