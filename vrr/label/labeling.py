@@ -112,6 +112,7 @@ def build_setting(cfg: RunConfig, traj: Sequence[dict], probe: Sequence[dict] | 
         meta["model_source"] = {k: mi.get(k) for k in ("hf_id", "quant", "packages", "source")}
         meta["package_versions"] = eng.get("versions")
         meta["generation_seconds"] = run_meta.get("total_seconds")
+        meta["machines"] = store.session_machines(run_meta)  # "engine" above is the last session's
     kw = {}
     if probe:
         pS, py, pM = label_probe(probe, task, verifier)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import base64
 import fcntl
 import gzip
+import itertools
 import json
 import os
 import re
@@ -718,8 +719,12 @@ def update_meta(paths: RunPaths, cfg: RunConfig, engine_desc: dict, session: dic
     write_record_json(paths.meta, meta)
 
 
+_SESSION_NUMBER = itertools.count()
+
+
 def new_session() -> dict:
-    return {"id": f"{int(time.time())}-{os.getpid()}", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    # the per-process number keeps two sessions of one process in one second apart (update_meta keys on the id)
+    return {"id": f"{int(time.time())}-{os.getpid()}-{next(_SESSION_NUMBER)}", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "instances": 0, "probe_plans": 0, "seconds": 0.0}
 
 
@@ -728,6 +733,22 @@ def batch_time(records: list[dict]) -> tuple[float, int]:
     its ``batch`` id and ``batch_seconds``) and the number of records."""
     batches = {(r.get("batch"), r.get("batch_seconds")) for r in records if r.get("batch_seconds") is not None}
     return float(sum(sec for _, sec in batches)), len(records)
+
+
+def session_machines(meta: dict) -> list[dict]:
+    """The machines a run's sessions ran on (backend, CPU kind, dtype; ``None`` where a session did not record
+    it), each with the instances, probe plans and seconds generated there, in order of first use: a window
+    resumed on another machine kind spans several, and its figures name each."""
+    out: dict[tuple, dict] = {}
+    for s in meta.get("sessions", []):
+        m = s.get("machine") or {}
+        key = (m.get("backend"), m.get("cpu_kind"), m.get("dtype"))
+        row = out.setdefault(key, {"backend": key[0], "cpu_kind": key[1], "dtype": key[2], "instances": 0,
+                                   "probe_plans": 0, "seconds": 0.0})
+        row["instances"] += s.get("instances", 0)
+        row["probe_plans"] += s.get("probe_plans", 0)
+        row["seconds"] = round(row["seconds"] + s.get("seconds", 0.0), 1)
+    return list(out.values())
 
 
 def run_cost(meta: dict, records: dict[str, list[dict]] | None = None) -> dict:
