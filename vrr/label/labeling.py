@@ -112,7 +112,8 @@ def build_setting(cfg: RunConfig, traj: Sequence[dict], probe: Sequence[dict] | 
         meta["model_source"] = {k: mi.get(k) for k in ("hf_id", "quant", "packages", "source")}
         meta["package_versions"] = eng.get("versions")
         meta["generation_seconds"] = run_meta.get("total_seconds")
-        meta["machines"] = store.session_machines(run_meta)  # "engine" above is the last session's
+        if any(sess.get("machine") for sess in run_meta.get("sessions", [])):  # "engine" is the last session's
+            meta["machines"] = store.session_machines(run_meta)
     kw = {}
     if probe:
         pS, py, pM = label_probe(probe, task, verifier)
