@@ -333,8 +333,9 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     # Byte-identical results on every CPU kind: numpy's AVX512 loops (exp, log, sums) round differently in the
     # last bit from its AVX2 loops, enough to move the beta-binomial fits in the 5th digit; kernels run the AVX2 ones.
-    if beyond_avx2_dispatch():
-        os.environ.setdefault("NPY_DISABLE_CPU_FEATURES", beyond_avx2_dispatch())
+    avx512_targets = beyond_avx2_dispatch()
+    if avx512_targets:
+        os.environ.setdefault("NPY_DISABLE_CPU_FEATURES", avx512_targets)
     for run in runs:
         run.output.parent.mkdir(parents=True, exist_ok=True)
     first, last = runs[0].output, runs[-1].output

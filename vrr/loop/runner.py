@@ -172,8 +172,10 @@ def run_batch(engine, cfg: RunConfig, problems: Sequence[Problem], batch_id: int
     conversations (``n=M``) and one over all repair conversations (``n=1``). ``stage``, if given, is told
     which round and role the batch is at (a batch of multi-turn plans runs for many minutes).
     """
+    stage = stage or (lambda _text: None)
+
     def at(text: str):
-        return None if stage is None else (lambda detail: stage(f"{text}: {detail}"))
+        return lambda detail: stage(f"{text}: {detail}")
 
     task = task or get_task(cfg.dataset)
     engines = _as_roles(engine)
@@ -190,8 +192,7 @@ def run_batch(engine, cfg: RunConfig, problems: Sequence[Problem], batch_id: int
         rounds[i].append({"k": 0, "source": "generate", "perturbed": False, "plan": outs[i][0],
                           "finish": fins[i][0]})
     for k in range(cfg.K_max + 1):
-        if stage is not None:
-            stage(f"round {k} votes")
+        stage(f"round {k} votes")
         jout, votes = verifier.votes(engines["judge"], task, problems, [rounds[i][k]["plan"] for i in range(B)],
                                      cfg.M)
         tokens.add(engines["judge"])
@@ -208,8 +209,7 @@ def run_batch(engine, cfg: RunConfig, problems: Sequence[Problem], batch_id: int
                                     max_tokens=cfg.repair_max_tokens, tokens=tokens,
                                     stage=at(f"round {k + 1} resample"))
         else:
-            if stage is not None:
-                stage(f"round {k + 1} repair")
+            stage(f"round {k + 1} repair")
             convs = [task.prompts.repair_messages(q, task.clip_plan(rounds[i][k]["plan"]),
                                                   repair_feedback(task, verifier, jout[i], rounds[i][k]["plan"], p),
                                                   cfg.repair_style)
