@@ -77,10 +77,17 @@ def summarize(st, meta: dict) -> dict:
             "seconds_per_instance": cost["seconds_per_instance"]}
 
 
+def _rate(x: float) -> str:
+    """Two decimals; "n/a" where the screen has no plan of the class it is a rate of (no valid plan: no rho1, no J)."""
+    return "n/a" if np.isnan(x) else f"{x:.2f}"
+
+
 def row(label: str, s: dict, command: str) -> str:
-    return (f"| {label} | {s['N']} | {s['rho0']:.2f} [{s['rho0_ci'][0]:.2f},{s['rho0_ci'][1]:.2f}] "
-            f"| {s['rho1']:.2f} [{s['rho1_ci'][0]:.2f},{s['rho1_ci'][1]:.2f}] | **{s['J']:.2f}** "
-            f"| {s['fixed']}/{s['invalid']} | {s['broken']}/{s['valid']} | {s['acc']:.2f} "
+    def with_ci(x, ci):
+        return _rate(x) if np.isnan(x) else f"{_rate(x)} [{_rate(ci[0])},{_rate(ci[1])}]"
+
+    return (f"| {label} | {s['N']} | {with_ci(s['rho0'], s['rho0_ci'])} | {with_ci(s['rho1'], s['rho1_ci'])} "
+            f"| **{_rate(s['J'])}** | {s['fixed']}/{s['invalid']} | {s['broken']}/{s['valid']} | {s['acc']:.2f} "
             f"| {s['seconds_per_instance']:.1f} | {machine()} | `{command}` |")
 
 

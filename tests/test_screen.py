@@ -1,0 +1,38 @@
+"""scripts/screen.py: the screening row's rates from a window's arrays, and "n/a" where a rate has no plan."""
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("screen", REPO / "scripts" / "screen.py")
+screen = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(screen)
+
+META = {"sessions": [{"instances": 4, "seconds": 40.0, "engine_load_seconds": 5.0}]}
+
+
+def test_rates_counts_and_first_repair():
+    # 4 instances, rounds 0 and 1 (a third round is ignored), M = 4
+    y = np.array([[1, 1, 0], [1, 0, 0], [0, 1, 1], [0, 0, 1]])
+    S = np.array([[4, 3, 0], [2, 1, 4], [1, 4, 4], [0, 2, 4]])
+    s = screen.summarize(SimpleNamespace(S=S, y=y, M=4), META)
+    # valid plans (rounds 0-1): (0,0),(0,1),(1,0),(2,1) -> 4+3+2+4 = 13 of 16 votes accept
+    assert np.isclose(s["rho1"], 3 / 16)
+    # invalid plans: (1,1),(2,0),(3,0),(3,1) -> 1+1+0+2 = 4 of 16 accept
+    assert np.isclose(s["rho0"], 4 / 16) and np.isclose(s["J"], 1 - 4 / 16 - 3 / 16)
+    assert (s["fixed"], s["invalid"], s["broken"], s["valid"]) == (1, 2, 1, 2)
+    assert s["acc"] == 0.5 and np.isclose(s["seconds_per_instance"], 10.0)
+    lo, hi = s["rho0_ci"]
+    assert lo < 4 / 16 < hi
+
+
+def test_a_screen_without_valid_plans_says_n_a():
+    y = np.zeros((3, 2), dtype=int)
+    S = np.array([[2, 1], [0, 3], [1, 1]])
+    s = screen.summarize(SimpleNamespace(S=S, y=y, M=4), META)
+    line = screen.row("x", s, "cmd")
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[2].startswith("0.33 [") and cells[3] == "n/a" and cells[4] == "**n/a**"
+    assert cells[5:8] == ["0/3", "0/0", "0.00"] and "nan" not in line
