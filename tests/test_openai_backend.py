@@ -41,19 +41,21 @@ class StubServer:
 
     ``script``: statuses answered to the next chat requests in turn (e.g. [429, 429]: two rate limits, then
     answers); ``always``: "500" (every chat request fails), "slow" (answers after ``delay`` s), "ignore_n"
-    (one choice whatever n), "refuse_n" (400 on n > 1); ``api_key``: the Bearer token it requires;
+    (one choice whatever n), "refuse_n" (400 on n > 1); ``hold``: no request is answered before ``hold``
+    requests have arrived (``arrivals``; or 10 s have passed), so concurrency is observed without racing a timer; ``api_key``: the Bearer token it requires;
     ``models=None``: a server that lists no models and serves any name. Answers come from the fake engine of
     ``task`` (or "reply m" without a task). Every request is kept in ``seen``.
     """
 
     def __init__(self, task=None, models=(MODEL,), always=None, script=(), api_key=None, delay=0.0,
-                 context_words=None):
+                 context_words=None, hold=0):
         self.engine = FakeEngine(task) if task is not None else None
         self.models = None if models is None else list(models)
         self.always, self.script, self.api_key = always, list(script), api_key
         self.delay, self.seen, self.lock = delay, [], threading.Lock()
         self.context_words = context_words  # a prompt of more words is refused as vLLM refuses it
         self.in_flight = self.max_in_flight = 0
+        self.hold, self.arrivals, self.arrived = hold, 0, threading.Condition(self.lock)
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -92,6 +94,8 @@ class StubServer:
                     status = stub.script.pop(0) if stub.script else None
                     stub.in_flight += 1
                     stub.max_in_flight = max(stub.max_in_flight, stub.in_flight)
+                    stub.arrivals += 1
+                    stub.arrived.notify_all()
                 try:
                     if not self._authorized():
                         return
@@ -119,6 +123,8 @@ class StubServer:
                     self._send(400, {"error": {"message": "n > 1 is not supported"}})
                     return
                 time.sleep(stub.delay)
+                with stub.arrived:
+                    stub.arrived.wait_for(lambda: stub.arrivals >= stub.hold, timeout=10)
                 if stub.engine is not None:
                     with stub.lock:
                         texts = stub.engine.chat([body["messages"]], temperature=body["temperature"],
@@ -347,13 +353,13 @@ def test_a_wrong_model_name_is_refused_at_start_with_the_served_names(stub_facto
 
 
 def test_requests_in_flight_stay_within_the_bound(stub_factory):
-    stub = stub_factory(delay=0.2)
+    stub = stub_factory(delay=0.2, hold=2)  # the first two meet; a third in flight would overlap them
     eng = engine_for(stub, concurrency=2)
     convs = [[{"role": "user", "content": f"Question {i}."}] for i in range(6)]
     assert len(eng.chat(convs, temperature=0.7, max_tokens=8)) == 6
     assert stub.max_in_flight == 2
     eng = engine_for(stub, concurrency=6)
-    stub.max_in_flight = 0
+    stub.max_in_flight, stub.arrivals, stub.hold = 0, 0, 6  # all six meet
     eng.chat(convs, temperature=0.7, max_tokens=8)
     assert stub.max_in_flight == 6
 
