@@ -101,6 +101,15 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.xdist_group("chain"))
 
 
+def pytest_configure(config):
+    """``--dist loadgroup`` keeps the chain tests on one worker by the group in their node ids; pytest 9.2's
+    structured ids lose it (pytest-xdist#1386), and every worker would build the chain. The test extra pins
+    pytest<9.2; fail here, naming it, rather than run the suite at twice the cost (lift this with the pin)."""
+    if getattr(config.option, "dist", "no") == "loadgroup" and tuple(map(int, pytest.__version__.split(".")[:2])) >= (9, 2):
+        raise pytest.UsageError(f"pytest {pytest.__version__} with pytest-xdist --dist loadgroup does not group tests "
+                                "(pytest-xdist#1386): pip install -e '.[test]' (pytest<9.2)")
+
+
 def require_adapter_library(name: str):
     """Import an optional adapter library; skip without it, FAIL under VRR_REQUIRE_ADAPTERS=1 (make test)."""
     try:
