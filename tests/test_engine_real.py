@@ -6,8 +6,10 @@ validated with :func:`vrr.data.load_setting`.
 
 Runs when ``vllm`` is importable; otherwise it is skipped, unless ``VRR_REQUIRE_ENGINE=1`` in
 which case it FAILS (CI on an engine-equipped machine must not silently skip). Marker: ``engine``
-(deselect with ``-m "not engine"``). Cost on 2 CPU cores: ~1.5-3 min (model load dominates),
-plus a one-off ~30 s model assembly into ``$VRR_MODEL_CACHE``.
+(deselect with ``-m "not engine"``). An engine start is most of each test's time, so the per-task runs and the
+served-window test share one ``vllm serve`` (``smollm_server``). The module takes 7 min 30 s on a 2-core AVX2
+EPYC in fp32 (``pytest -m engine --durations=20 tests/test_engine_real.py``), plus a one-off ~30 s model
+assembly into ``$VRR_MODEL_CACHE``.
 """
 import gzip
 import importlib.util
@@ -124,15 +126,26 @@ def _independent_labels(task_name, records):
     return [int(v["valid"]) for v in check_calls([(rd["answer"], p) for rd, p in rounds])]
 
 
-@pytest.mark.parametrize("task, split", [("math500", "test"), ("mbpp", "test"), ("bfcl_single", "python")])
-def test_real_engine_generate_label_each_task(tmp_path, task, split):
-    """SmolLM2 through generate -> label on 2 problems x 1 repair round; the stored labels agree with the
-    task's official checker run independently on the stored answers. MBPP votes with executed
-    judge-written asserts, so the prefilled (continued) assistant reply runs on the real engine."""
+@pytest.fixture(scope="module")
+def smollm_server(tmp_path_factory):
+    """One real ``vllm serve`` of SmolLM2-135M on 127.0.0.1 for the per-task runs: each loads no engine of its
+    own (an engine start is most of such a run's time); the in-process engine is the smoke test's."""
     _require_engine()
+    from vrr.loop.engine.server import LocalServer
+
+    with LocalServer("smollm2-135m", log=tmp_path_factory.mktemp("serve") / "serve.log", max_model_len=2048) as server:
+        yield server
+
+
+@pytest.mark.parametrize("task, split", [("math500", "test"), ("mbpp", "test"), ("bfcl_single", "python")])
+def test_real_engine_generate_label_each_task(tmp_path, smollm_server, task, split):
+    """SmolLM2 through generate -> label on 2 problems x 1 repair round, against the shared real server; the
+    stored labels agree with the task's official checker run independently on the stored answers. MBPP votes
+    with executed judge-written asserts, so the prefilled (continued) assistant reply runs on the real engine."""
     from vrr.data import load_setting
 
     cmd = [sys.executable, "-m", "vrr", "generate", "gsm8k_cpu_favorable", "--run-name", task,
+           "--backend", "openai", "--set", f"engine.base_url={smollm_server.url}", "--set", "engine.request_seeds=false",
            "--model", "smollm2-135m", "--verifier", "smollm2-135m", "--n", "2", "--probe-n", "0",
            "--set", f"task={task}", "--set", f"window.split={split}", "--set", "K_max=1", "--set", "M=2",
            "--set", "max_tokens.generate=128", "--set", "max_tokens.repair=128", "--set", "max_tokens.context=2048",
@@ -143,7 +156,7 @@ def test_real_engine_generate_label_each_task(tmp_path, task, split):
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-4000:]
     st = load_setting(tmp_path / task / "arrays.npz")
-    assert st.S.shape == (2, 2) and st.meta["task"] == task
+    assert st.S.shape == (2, 2) and st.meta["task"] == task and st.meta["engine"]["backend"] == "openai"
     records = [json.loads(line) for line in gzip.open(tmp_path / task / "trajectories.jsonl.gz", "rt")]
     assert _independent_labels(task, records) == st.y.ravel().tolist()
     if task == "mbpp":  # every vote record is the continued prefill: an assert, then its execution result
@@ -181,15 +194,14 @@ def test_throughput_bench_replays_the_real_work_as_one_batch(tmp_path):
     assert "achieved / workload peak" in proc.stdout
 
 
-def test_a_window_through_vllm_serve_survives_a_server_kill_and_resumes(tmp_path):
+def test_a_window_through_vllm_serve_survives_a_server_kill_and_resumes(tmp_path, smollm_server):
     """A real ``vllm serve`` (SmolLM2-135M) on 127.0.0.1 behind the openai backend: the run generates and labels
     a window; the server killed mid-run gives one error naming it; after a restart on the same address the
-    same command resumes, and every instance is stored once, the ones stored before the kill unchanged."""
-    _require_engine()
+    same command resumes, and every instance is stored once, the ones stored before the kill unchanged.
+    The server is the module's shared one, left running afterwards whatever happens."""
     from vrr.data import load_setting
-    from vrr.loop.engine.server import LocalServer
 
-    server = LocalServer("smollm2-135m", log=tmp_path / "serve.log", max_model_len=2048)
+    server = smollm_server
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-m", "vrr", "generate", "gsm8k_cpu_favorable", "--backend", "openai",
            "--set", f"engine.base_url={server.url}", "--model", "smollm2-135m", "--verifier", "smollm2-135m",
@@ -199,7 +211,6 @@ def test_a_window_through_vllm_serve_survives_a_server_kill_and_resumes(tmp_path
            "--no-progress", "--out-root", str(tmp_path)]
     part = tmp_path / "served" / "trajectories.part.jsonl"
     try:
-        server.start()
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 600
         while not (part.exists() and part.read_text().count("\n") >= 1):
@@ -216,7 +227,8 @@ def test_a_window_through_vllm_serve_survives_a_server_kill_and_resumes(tmp_path
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
         assert proc.returncode == 0, proc.stderr[-3000:]
     finally:
-        server.stop()
+        if server.proc is None:
+            server.start()
     d = tmp_path / "served"
     records = [json.loads(line) for line in gzip.open(d / "trajectories.jsonl.gz", "rt")]
     assert [r["index"] for r in records] == [0, 1, 2, 3]
