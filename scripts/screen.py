@@ -35,6 +35,7 @@ from vrr.common.atomic import atomic_write  # noqa: E402
 from vrr.data import load_setting  # noqa: E402
 from vrr.loop.engine.backend import cpu_kind, default_dtype  # noqa: E402
 from vrr.loop.store import run_cost  # noqa: E402
+from vrr.report.render import rate_text  # noqa: E402
 
 TABLE = REPO / "docs" / "screening.md"
 HEADER = """# Screening candidate settings
@@ -77,17 +78,12 @@ def summarize(st, meta: dict) -> dict:
             "seconds_per_instance": cost["seconds_per_instance"]}
 
 
-def _rate(x: float) -> str:
-    """Two decimals; "n/a" where the screen has no plan of the class it is a rate of (no valid plan: no rho1, no J)."""
-    return "n/a" if np.isnan(x) else f"{x:.2f}"
-
-
 def row(label: str, s: dict, command: str) -> str:
     def with_ci(x, ci):
-        return _rate(x) if np.isnan(x) else f"{_rate(x)} [{_rate(ci[0])},{_rate(ci[1])}]"
+        return rate_text(x, 2) if np.isnan(x) else f"{rate_text(x, 2)} [{rate_text(ci[0], 2)},{rate_text(ci[1], 2)}]"
 
     return (f"| {label} | {s['N']} | {with_ci(s['rho0'], s['rho0_ci'])} | {with_ci(s['rho1'], s['rho1_ci'])} "
-            f"| **{_rate(s['J'])}** | {s['fixed']}/{s['invalid']} | {s['broken']}/{s['valid']} | {s['acc']:.2f} "
+            f"| **{rate_text(s['J'], 2)}** | {s['fixed']}/{s['invalid']} | {s['broken']}/{s['valid']} | {s['acc']:.2f} "
             f"| {s['seconds_per_instance']:.1f} | {machine()} | `{command}` |")
 
 

@@ -51,6 +51,12 @@ def _fmt(value, digits: int = 3) -> str:
     return str(value)
 
 
+def rate_text(x: float, digits: int) -> str:
+    """A rate to ``digits`` decimals, or "n/a" where it is undefined (nan): a window or screen with no plan of
+    the class it is a rate of (rho1 and beta need valid plans, rho0 and alpha invalid ones)."""
+    return "n/a" if np.isnan(x) else f"{x:.{digits}f}"
+
+
 def write_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]], stem: str | os.PathLike,
                 caption: str = "", digits: int = 3) -> tuple[Path, Path]:
     """Write ``rows`` as ``stem.csv`` (numbers to ``CSV_SIGNIFICANT_DIGITS`` significant digits) and

@@ -6,12 +6,11 @@ the committed tables, so the README cannot drift from what `make reproduce` wrot
 """
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 
 from ..settings import load_config
-from .render import read_csv
+from .render import rate_text, read_csv
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 HEADLINE_POLICIES = ["No repair", "Fixed K=5", "VRR-Stop", "TPM reference", "VRR-Guard", "Algorithm 1"]
@@ -33,10 +32,8 @@ def _paired(row: dict) -> str:
 
 
 def _estimate(text: str) -> str:
-    """A labeled estimate to three decimals; "n/a" where the window has no plan of the class it is a rate of
-    (rho1 and beta need valid plans, alpha invalid ones)."""
-    x = float(text)
-    return "n/a" if math.isnan(x) else f"{x:.3f}"
+    """A labeled estimate from the CSV, to three decimals ("n/a" where undefined)."""
+    return rate_text(float(text), 3)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
