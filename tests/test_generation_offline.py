@@ -133,8 +133,9 @@ def test_config_change_refused_on_resume(tmp_path):
         generate(small_cfg(M=8), engine=FakeEngine(), out_root=tmp_path, progress=False)
     with pytest.raises(ValueError, match="'judge_model'"):
         generate(small_cfg(**{"models.judge": "another-judge"}), engine=FakeEngine(), out_root=tmp_path)
-    # batch size is not part of the protocol
-    generate(small_cfg(**{"engine.batch_size": 3}), engine=FakeEngine(), out_root=tmp_path, progress=False)
+    # batch size is not part of the protocol; each session records its own, which sets its throughput
+    paths = generate(small_cfg(**{"engine.batch_size": 3}), engine=FakeEngine(), out_root=tmp_path, progress=False)
+    assert [s["batch_size"] for s in json.loads(paths.meta.read_text())["sessions"]] == [4, 3]
 
 
 def test_pm_stress_perturbs_repairer_only(tmp_path):

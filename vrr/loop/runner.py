@@ -318,6 +318,7 @@ def _generate_locked(cfg: RunConfig, paths: store.RunPaths, task: Task, engine, 
     session["machine"] = session_machine(desc)
     t_start = time.time()
     bs = max(1, cfg.batch_size)
+    session["batch_size"] = bs  # instances in flight: not part of the protocol, but it sets the throughput
     for phase, todo, done, total, part, run, counter in (
             ("probe", todo_p, done_p, len(probe_problems), paths.probe_part, run_probe_batch, "probe_plans"),
             ("traj", todo_t, done_t, len(traj_problems), paths.traj_part, run_batch, "instances")):
