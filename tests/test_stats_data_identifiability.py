@@ -10,6 +10,7 @@ from vrr.calibration.identifiability import (bootstrap_intervals, error_radius, 
                                  sign_identifiable)
 from vrr.core.model import NoiseParams
 from vrr.data.simulate import simulate_setting
+from vrr.stats.analysis import trajectory_shape
 from vrr.stats.inference import bootstrap_ci, bootstrap_means, mcnemar_exact, paired_bootstrap, policy_table
 
 A = (np.random.default_rng(5).random(400) < 0.72).astype(int)
@@ -230,3 +231,62 @@ def test_interior_search_finds_what_the_corners_miss():
     _, full = error_radius(s.S, 8, point, box, grid=5)
     assert (full >= corners - 1e-12).all()
     assert (full - corners).max() > 0.005
+
+
+def _two_rounds(n_fixed, n_broken, n_other=40):
+    """[n, 2] validity with the given discordant pairs between round 0 and round 1."""
+    before, after = _paired(n_other // 2, n_broken, n_fixed, n_other // 2)
+    return np.column_stack([before, after])
+
+
+@pytest.mark.parametrize("n_fixed, n_broken, shape", [
+    (9, 1, "monotone up"),       # exact McNemar p = 2 * 11 / 2**10 = 0.021
+    (1, 9, "monotone down"),
+    (3, 0, "flat"),              # p = 2 / 2**3 = 0.25: three fixes do not resolve a change
+    (0, 0, "flat"),
+])
+def test_trajectory_shape_tests_the_net_change(n_fixed, n_broken, shape):
+    assert trajectory_shape(_two_rounds(n_fixed, n_broken)) == (shape, None)
+
+
+def _peak(n_up, n_down, rounds=4):
+    """[n, rounds]: round 1 gains n_up plans and loses n_down against round 0, and every later round
+    returns to round 0, so round 1 is the argmax with the same discordant pairs against both ends."""
+    y0, y1 = _paired(20, n_down, n_up, 20)
+    return np.column_stack([y0, y1] + [y0] * (rounds - 2))
+
+
+def test_trajectory_shape_interior_peak_is_bonferroni_tested_over_interior_rounds():
+    # 9 up, 1 down: p = 2 * 11 / 2**10 = 0.021 against each end
+    assert trajectory_shape(_peak(9, 1, rounds=3)) == ("interior peak (K*=1)", 1)   # level 0.05 / 1
+    assert trajectory_shape(_peak(9, 1, rounds=4)) == ("interior peak (K*=1)", 1)   # level 0.05 / 2 = 0.025
+    # 10 up, 2 down: p = 2 * (1 + 12 + 66) / 2**12 = 0.039, resolved at 0.05 but not at 0.05 / 2
+    assert trajectory_shape(_peak(10, 2, rounds=3))[1] == 1
+    assert trajectory_shape(_peak(10, 2, rounds=4)) == ("flat", None)
+
+
+def test_trajectory_shape_rejects_bad_input():
+    with pytest.raises(ValueError, match="rounds"):
+        trajectory_shape(np.ones(5))
+    with pytest.raises(ValueError, match="level"):
+        trajectory_shape(np.ones((5, 3)), level=1.5)
+
+
+def test_trajectory_shape_is_flat_for_a_stationary_chain_at_its_fixed_point():
+    """alpha = beta and pi = alpha / (alpha + beta): the expected validity is the same in every round, so a
+    label other than flat is a false positive of level-0.05 tests (at most ~0.05 + 0.05 per window)."""
+    labels = [trajectory_shape(simulate_setting(NoiseParams(0.3, 0.2, 0.1, 0.1, 0.5), n=200, seed=s).y)[0]
+              for s in range(40)]
+    assert labels.count("flat") >= 32        # P(more than 8 of 40 false positives | rate 0.1) < 0.05
+
+
+@pytest.mark.parametrize("setting, shape", [
+    ("sim_bfcl_multi", "flat"),                     # pi near b* (its YAML): the paper's flat row
+    ("sim_qwen3b_favorable", "monotone up"),
+    ("sim_qwen3b_pmstress", "monotone down"),
+    ("sim_nonstationary", "interior peak (K*=2)"),  # the paper's loop-dynamics figure: K* = 2
+])
+def test_trajectory_shape_of_the_paper_settings(setting, shape):
+    from vrr.data.simulate import simulate_from_config
+    from vrr.settings import load_config
+    assert trajectory_shape(simulate_from_config(load_config(setting)).y)[0] == shape

@@ -266,7 +266,8 @@ def perturbation_start(setting: str) -> int | None:
 
 def loop_dynamics_panels(results_root: str | Path, pairs: Sequence[tuple[str, str]]) -> list[dict]:
     """Panels of the loop-dynamics figure: for each (non-stationary run, resampling control) pair whose
-    two calibration.json exist, the validity by round of both, titled real or simulated."""
+    two calibration.json exist, the validity by round of both and the run's interior peak round (if any),
+    titled real or simulated."""
     panels = []
     for main, control in pairs:
         paths = [Path(results_root) / r / "calibration.json" for r in (main, control)]
@@ -274,9 +275,9 @@ def loop_dynamics_panels(results_root: str | Path, pairs: Sequence[tuple[str, st
             continue
         ld_main, ld_control = (read_json(p)["loop_dynamics"] for p in paths)
         kind = "real" if ld_main.get("kind") == "real" else "simulated"
-        panels.append({"title": f"{ld_main['label'].replace(' (sim.)', '')} [{kind}, N={ld_main['N']}]", "q_main": ld_main["Q"],
-                       "q_control": ld_control["Q"], "perturb_round": perturbation_start(main),
-                       "settings": (main, control)})
+        panels.append({"title": f"{ld_main['label'].replace(' (sim.)', '')} [{kind}, N={ld_main['N']}]",
+                       "q_main": ld_main["Q"], "q_control": ld_control["Q"], "peak_round": ld_main["peak_round"],
+                       "perturb_round": perturbation_start(main), "settings": (main, control)})
     return panels
 
 

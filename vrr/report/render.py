@@ -292,9 +292,10 @@ def fig_pareto(panels: Sequence[dict]):
 def fig_loop_dynamics(panels: Sequence[dict]):
     """Loop dynamics (Fig. loop-dynamics): per panel, validity per round of a non-stationary run
     (repeated repair of one candidate) against its independent-resampling control under the same
-    budget and perturbation schedule. Each panel dict has ``title``, ``q_main``, ``q_control`` and
-    optionally ``perturb_round``. The interior peak K* = argmax_k Q_k is marked only where the data
-    show one (0 < K* < last round); otherwise the panel says "no interior peak"."""
+    budget and perturbation schedule. Each panel dict has ``title``, ``q_main``, ``q_control``,
+    ``peak_round`` (K* of ``vrr.stats.trajectory_shape``, None where the data resolve no interior peak)
+    and optionally ``perturb_round``. K* is marked where there is one; otherwise the panel says
+    "no interior peak"."""
     fig, axes = _pyplot().subplots(1, len(panels), figsize=(COLUMN_WIDTH * len(panels), 2.3), squeeze=False, sharey=True)
     for ax, panel in zip(axes[0], panels):
         q_main, q_control = np.asarray(panel["q_main"], float), np.asarray(panel["q_control"], float)
@@ -304,8 +305,8 @@ def fig_loop_dynamics(panels: Sequence[dict]):
             ax.axvspan(start - 0.5, k[-1] + 0.3, color="0.9", zorder=0, label="prompt mismatch")
         ax.plot(k, q_main, "-o", ms=3, label="repeated repair")
         ax.plot(np.arange(len(q_control)), q_control, "--s", ms=3, label="independent resampling")
-        peak = int(np.argmax(q_main))
-        if 0 < peak < len(q_main) - 1 and q_main[peak] > q_main[-1]:
+        peak = panel["peak_round"]
+        if peak is not None:
             ax.annotate(f"$K^*$={peak}", (peak, q_main[peak]), xytext=(0, 6), textcoords="offset points", ha="center")
         else:
             ax.text(0.98, 0.95, "no interior peak", transform=ax.transAxes, ha="right", va="top", fontsize=6)

@@ -34,15 +34,35 @@ def summarize_replay(result: ReplayResult, n_resamples: int = N_RESAMPLES, seed:
 
 
 # ---------------------------------------------------------------- loop dynamics (RQ1)
-def trajectory_shape(q, tol: float = 0.03) -> str:
-    """Classify a per-round validity curve: monotone up/down, flat, or interior peak (Table "loop-dynamics")."""
-    q = np.asarray(q, dtype=float)
-    if np.ptp(q) <= tol:
-        return "flat"
+SHAPE_LEVEL = 0.05
+
+
+def trajectory_shape(y, level: float = SHAPE_LEVEL) -> tuple[str, int | None]:
+    """Classify the per-round validity curve of a window (Table "loop-dynamics"): "interior peak",
+    "monotone up", "monotone down" or "flat"; returns (shape, K*) with K* the interior peak round or None.
+
+    The labels are tested on the paired per-instance validity y[i, k] (exact McNemar), so a window too
+    small to resolve a change is called flat rather than labeled by its noise:
+    * interior peak at K* = argmax_k Q_k (0 < K* < K) if Q_K* exceeds both round 0 and the last round,
+      each at ``level / (K - 1)`` (Bonferroni over the K - 1 interior rounds, since K* is chosen from the data);
+    * otherwise monotone up / down if the last round differs from round 0 at ``level``;
+    * otherwise flat.
+    "Monotone" names the net direction over the window, as the paper's column does."""
+    y = np.asarray(y)
+    if y.ndim != 2 or y.shape[1] < 2 or y.shape[0] < 1:
+        raise ValueError(f"trajectory_shape: y must be [instances, rounds] with at least 2 rounds, got shape {y.shape}")
+    if not 0 < level < 1:
+        raise ValueError(f"trajectory_shape: level must be in (0, 1), got {level}")
+    y = y.astype(bool)
+    q, last = y.mean(axis=0), y.shape[1] - 1
     peak = int(np.argmax(q))
-    if 0 < peak < len(q) - 1 and q[peak] - max(q[0], q[-1]) > tol:
-        return f"interior peak (K*={peak})"
-    return "monotone up" if q[-1] > q[0] else "monotone down"
+    if 0 < peak < last:
+        interior_level = level / (last - 1)
+        if all(q[peak] > q[end] and mcnemar_exact(y[:, peak], y[:, end]) < interior_level for end in (0, last)):
+            return f"interior peak (K*={peak})", peak
+    if mcnemar_exact(y[:, 0], y[:, last]) < level:
+        return ("monotone up" if q[last] > q[0] else "monotone down"), None
+    return "flat", None
 
 
 def loop_dynamics(setting: Setting) -> dict:
@@ -53,6 +73,7 @@ def loop_dynamics(setting: Setting) -> dict:
     votes = labeled_mle(S[:, 0], y[:, 0], M)
     cal = calibrate(S, y, M, method="labeled_mle", max_pairs=None)
     q = y.mean(axis=0)
+    shape, peak_round = trajectory_shape(y)
     row = {
         "setting": setting.name, "label": setting.meta.get("label", setting.name), "N": setting.n_instances,
         # simulated arrays carry their generating parameters; LLM trajectories do not
@@ -61,7 +82,7 @@ def loop_dynamics(setting: Setting) -> dict:
         # the labeled frequencies themselves (descriptive; the decision rule uses defined_rate)
         "alpha": cal.transitions.alpha, "beta": cal.transitions.beta,
         "b_star": float(boundary(cal.transitions.alpha, cal.transitions.beta)),
-        "Q": q.tolist(), "A": (S.mean(axis=0) / M).tolist(), "shape": trajectory_shape(q),
+        "Q": q.tolist(), "A": (S.mean(axis=0) / M).tolist(), "shape": shape, "peak_round": peak_round,
         "transitions": {k: int(v) for k, v in vars(cal.transitions).items() if k.startswith("n_")},
     }
     return row
