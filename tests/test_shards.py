@@ -40,6 +40,7 @@ def npz_bytes(path):
         out = {k: z[k].tobytes() for k in z.files if k != "meta"}
     meta = dict(load_setting(path).meta)
     meta.pop("generation_seconds", None)  # the sessions' wall time: not a property of the records
+    meta["machines"] = [{k: v for k, v in m.items() if k != "seconds"} for m in meta["machines"]]  # wall time too
     return out, meta
 
 
