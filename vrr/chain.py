@@ -449,7 +449,7 @@ def parse_set_overrides(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def _resolve(a) -> tuple[dict, dict]:
-    overrides = parse_set_overrides(a.set or [])
+    overrides = parse_set_overrides(getattr(a, "set", None) or [])
     overrides.update(swap_overrides(getattr(a, "model", None), getattr(a, "verifier", None)))
     for flag, key in (("n", "window.N"), ("probe_n", "probe.n"), ("seed", "seed"), ("backend", "engine.backend"),
                       ("batch_size", "engine.batch_size")):
@@ -491,6 +491,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     g.add_argument("--shard", metavar="I/N", type=_shard_arg,
                    help="run shard I of N (0 <= I < N: the instances with index %% N == I) into its own part files; "
                         "finalizing merges every shard of the run")
+    st = sub.add_parser("status", help="how far a real setting's run has come and its interim labels "
+                                       "(reads the stored records only; safe beside a running generator)")
+    st.add_argument("setting", help="a setting name (settings/<name>.yaml) or a path to a setting YAML")
+    st.add_argument("--model", help="the generator of a swapped run (names its folder, as in generate)")
+    st.add_argument("--verifier", help="the judge of a swapped run (names its folder, as in generate)")
+    st.add_argument("--run-name", help="output folder name (default: the setting name, suffixed on a swap)")
+    st.add_argument("--out-root", default=str(store.DEFAULT_OUT_ROOT))
+    st.add_argument("--no-labels", action="store_true", help="counts and cost only (the labels run the task's checker on every "
+                                                          "stored plan; code tasks execute their tests in the sandbox)")
+    st.add_argument("--json", action="store_true", help="print the report as JSON")
     r = sub.add_parser("resolve", help="print the resolved setting and run config (no engine)")
     setting_args(r)
     r.add_argument("--calls", action="store_true",
@@ -535,6 +545,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(out, indent=1))
         return 0
     rc = run_config(cfg, setting=name)
+    if a.command == "status":
+        from .common.jsonio import json_default
+        from .report.status import format_status, run_status
+
+        report = run_status(store.RunPaths(a.out_root, rc.setting), rc, labels=not a.no_labels)
+        print(json.dumps(report, indent=1, default=json_default) if a.json else format_status(report))
+        return 0
     if a.command == "measure-judge-styles":
         engines = runner.make_engines(rc, runner.get_task(rc.dataset), options=cfg["engine"])
         res = runner.measure_judge_styles(engines, rc, a.styles.split(","), split=a.split, start=a.start,

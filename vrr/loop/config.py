@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from ..settings import SettingConfigError
 from .verifiers import JUDGE_MAX_TOKENS, VERIFIER_MAX_TOKENS
 
 
@@ -81,7 +82,8 @@ def run_config(cfg: dict, setting: str | None = None) -> RunConfig:
     ``setting`` names the output folder when it differs from the setting's name (a swapped model).
     """
     if cfg["kind"] != "real":
-        raise ValueError(f"{cfg.get('_path', cfg['name'])}: field 'kind': only real settings are generated")
+        raise SettingConfigError(cfg.get("_path", cfg["name"]), "kind",
+                                 "only real settings are generated (a simulated one is drawn by notebook 01)")
     pert, probe, temps, tokens = cfg["perturbation"], cfg["probe"], cfg["temperatures"], cfg["max_tokens"]
     return RunConfig(
         setting=setting or cfg["name"], dataset=cfg["task"], model=cfg["models"]["generator"],

@@ -1,0 +1,120 @@
+"""``python -m vrr status``: counts, cost and interim labels of a run, read while a generator may be writing it.
+
+Runs come from the package's fake engine, whose semantics give the labels in closed form: even indices start
+valid, every repair flips validity, and a valid plan gets 2 of 4 accepting votes, an invalid one 1 of 4.
+"""
+import json
+import math
+import warnings
+
+import pytest
+
+from vrr.chain import main
+from vrr.label import finalize_setting
+from vrr.loop import store
+from vrr.loop.config import run_config
+from vrr.loop.engine import FakeEngine
+from vrr.loop.runner import generate
+from vrr.loop.tasks import get_task
+from vrr.report.status import format_status, run_status
+from vrr.settings import load_config
+
+TASK = get_task("gsm8k")
+
+
+def small_cfg(setting="t_fav", **over):
+    o = {"window.N": 10, "window.start": 0, "K_max": 2, "M": 4, "engine.batch_size": 4, "probe.split": "train",
+         "probe.start": 0, "probe.n": 6, "probe.M": 6}
+    o.update(over)
+    return run_config(load_config("gsm8k_cpu_favorable", overrides=o), setting=setting)
+
+
+def files_of(run_dir):
+    return {p.name: p.read_bytes() for p in sorted(run_dir.iterdir()) if p.is_file()}
+
+
+def test_labels_of_a_partial_run_in_closed_form(tmp_path):
+    cfg = small_cfg()
+    paths = generate(cfg, engine=FakeEngine(TASK), out_root=tmp_path, limit=6 + 4, progress=False)
+    st = run_status(paths, cfg)
+    assert st["instances"] == {"done": 4, "total": 10, "split": "test", "start": 0}
+    assert (st["probe"]["done"], st["probe"]["total"]) == (6, 6)
+    lab = st["labels"]
+    # instances 0..3: initial validity 1 0 1 0, flipped by each of the two repairs
+    assert lab["N"] == 4 and lab["validity_by_round"] == [0.5, 0.5, 0.5]
+    assert (lab["rho0"], lab["rho1"], lab["J"]) == pytest.approx((1 / 4, 1 - 2 / 4, 1 - 1 / 4 - 2 / 4))
+    assert lab["J_all_rounds"] == pytest.approx(0.25)
+    assert lab["first_repair"] == {"n_fixed": 2, "n_invalid_before": 2, "n_broken": 2, "n_valid_before": 2}
+    assert lab["every_repair"] == {"n_fixed": 4, "n_invalid_before": 4, "n_broken": 4, "n_valid_before": 4}
+    assert (lab["alpha"], lab["beta"]) == (1.0, 1.0)
+    assert lab["acceptance_by_round"] == pytest.approx([1.5 / 4] * 3)
+    text = format_status(st)
+    assert "instances  4 of 10 (test 0..9)" in text and "fixes 2 of 2" in text and "breaks 4 of 4" in text
+
+
+def test_reads_beside_a_running_generator_and_writes_nothing(tmp_path):
+    """Under the generator's lock, with a torn last line mid-append: the status skips the line, repairs nothing,
+    and leaves every file of the run as it was."""
+    cfg = small_cfg()
+    paths = generate(cfg, engine=FakeEngine(TASK), out_root=tmp_path, limit=6 + 4, progress=False)
+    with open(paths.traj_part, "ab") as f:
+        f.write(b'{"index": 4, "rounds": [')
+    before = files_of(paths.dir)
+    with store.generation_lock(paths), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        st = run_status(paths, cfg)
+    assert st["instances"]["done"] == 4
+    assert any("torn last line" in str(w.message) and "skipped" in str(w.message) for w in caught)
+    assert files_of(paths.dir) == before
+    assert not store.rejected_path(paths.traj_part).exists()
+
+
+def test_the_stored_window_wins_and_remaining_time_uses_the_last_machine_kind(tmp_path, capsys):
+    """The CLI resolves the setting's YAML (N=100), but the run's config.json (N=10) is what the generator works
+    to; remaining time is at the rate of the last session's machine kind."""
+    cfg = small_cfg(**{"probe.n": 0})
+    paths = generate(cfg, engine=FakeEngine(TASK), out_root=tmp_path, limit=4, progress=False)
+    bf16 = {"backend": "vllm-cpu", "cpu_kind": "AVX512-BF16", "dtype": "bfloat16", "cores": 2}
+    fp32 = {"backend": "vllm-cpu", "cpu_kind": "AVX2", "dtype": "float32", "cores": 2}
+    meta = json.loads(paths.meta.read_text())
+    meta["sessions"] = [{"id": "a", "instances": 2, "probe_plans": 0, "seconds": 100.0, "machine": fp32},
+                        {"id": "b", "instances": 1, "probe_plans": 0, "seconds": 20.0, "machine": bf16},
+                        {"id": "c", "instances": 1, "probe_plans": 0, "seconds": 80.0, "machine": fp32,
+                         "engine_load_seconds": 9.0}]
+    paths.meta.write_text(json.dumps(meta))
+    assert main(["status", "gsm8k_cpu_favorable", "--run-name", "t_fav", "--out-root", str(tmp_path),
+                 "--json", "--no-labels"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["instances"]["total"] == 10 and st["instances"]["done"] == 4 and st["labels"] is None
+    assert st["left"]["machine"] == "vllm-cpu AVX2 float32"
+    assert st["left"]["instance_seconds"] == pytest.approx(6 * 180.0 / 3)
+    assert (st["engine_seconds"], st["load_seconds"]) == (200.0, 9.0)
+    assert [m["seconds_per_instance"] for m in st["machines"]] == pytest.approx([60.0, 20.0])
+
+
+def test_a_shared_probe_is_counted_from_its_owner(tmp_path):
+    owner = small_cfg()
+    generate(owner, engine=FakeEngine(TASK), out_root=tmp_path, limit=3, phases=("probe",), progress=False)
+    cfg = small_cfg("t_pm", **{"probe.from": "t_fav", "window.N": 4})
+    paths = generate(cfg, engine=FakeEngine(TASK), out_root=tmp_path, phases=("traj",), progress=False)
+    st = run_status(paths, cfg, labels=False)
+    assert st["probe"] == {"done": 3, "total": 6, "from": "t_fav", "missing": ""}
+    assert st["left"]["probe_plans"] == 0  # the owner's run generates them
+    assert "shared from t_fav" in format_status(st)
+    assert finalize_setting(paths, cfg) == "partial"  # the window waits for the owner's probe
+
+
+def test_a_run_not_started_reports_its_window(tmp_path):
+    cfg = small_cfg()
+    st = run_status(store.RunPaths(tmp_path, cfg.setting), cfg)
+    assert not st["started"] and st["instances"]["done"] == 0 and st["instances"]["total"] == 10
+    assert st["labels"] is None and math.isnan(st["left"]["instance_seconds"])
+    assert "nothing generated yet" in format_status(st)
+    assert not (tmp_path / cfg.setting).exists()
+
+
+def test_a_simulated_setting_is_refused_naming_the_field():
+    from vrr.settings import SettingConfigError
+
+    with pytest.raises(SettingConfigError, match=r"sim_qwen3b_favorable\.yaml: field 'kind': only real settings"):
+        main(["status", "sim_qwen3b_favorable"])
