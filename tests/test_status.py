@@ -5,7 +5,9 @@ valid, every repair flips validity, and a valid plan gets 2 of 4 accepting votes
 """
 import json
 import math
+import re
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +19,7 @@ from vrr.loop.engine import FakeEngine
 from vrr.loop.runner import generate
 from vrr.loop.tasks import get_task
 from vrr.report.status import format_status, run_status
-from vrr.settings import load_config
+from vrr.settings import SettingConfigError, load_config
 
 TASK = get_task("gsm8k")
 
@@ -114,7 +116,26 @@ def test_a_run_not_started_reports_its_window(tmp_path):
 
 
 def test_a_simulated_setting_is_refused_naming_the_field():
-    from vrr.settings import SettingConfigError
-
     with pytest.raises(SettingConfigError, match=r"sim_qwen3b_favorable\.yaml: field 'kind': only real settings"):
         main(["status", "sim_qwen3b_favorable"])
+
+
+def test_the_readme_quotes_what_status_prints_on_the_committed_part_file():
+    """The README's interim GSM8K numbers name `python -m vrr status`; they are its output on the committed run."""
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    m = re.search(r"(\d+) of the favorable window's (\d+) instances.*?`python -m vrr status "
+                  r"gsm8k_cpu_program_favorable`.*?\$J\$=([\d.]+) on the initial plans.*?([\d.]+) on every round's "
+                  r"plans.*?fixes (\d+) of (\d+) invalid plans and breaks (\d+) of (\d+) valid.*?every repair fixes "
+                  r"(\d+) of (\d+) and breaks (\d+) of (\d+).*?validity by round is ((?:\.\d\d ?)+) "
+                  r"\(([a-z ]+) by the shape test\)", readme, re.S)
+    assert m, "README: the interim paragraph of gsm8k_cpu_program_favorable is not where this test expects it"
+    cfg = run_config(load_config("gsm8k_cpu_program_favorable"))
+    st = run_status(store.RunPaths(store.DEFAULT_OUT_ROOT, cfg.setting), cfg)
+    lab, first, every = st["labels"], st["labels"]["first_repair"], st["labels"]["every_repair"]
+    assert [int(m[1]), int(m[2])] == [st["instances"]["done"], st["instances"]["total"]]
+    assert [m[3], m[4]] == [f"{lab['J']:.3f}", f"{lab['J_all_rounds']:.3f}"]
+    assert [int(x) for x in m.groups()[4:12]] == [
+        first["n_fixed"], first["n_invalid_before"], first["n_broken"], first["n_valid_before"],
+        every["n_fixed"], every["n_invalid_before"], every["n_broken"], every["n_valid_before"]]
+    assert m[13].split() == [f"{q:.2f}".replace("0.", ".", 1) for q in lab["validity_by_round"]]
+    assert m[14] == lab["shape"]

@@ -32,6 +32,9 @@ def run_status(paths: store.RunPaths, cfg: RunConfig, labels: bool = True) -> di
     The window is the run's stored ``config.json`` when the run has one (what the generator works to), else
     ``cfg`` (nothing generated yet). Remaining time is at the seconds per instance (probe plan) measured on the
     machine kind of the run's last session, over the sessions there that ran only that phase.
+
+    Labels: rho0, rho1 by labeled maximum likelihood (App. I) on the initial plans, as the loop-dynamics table,
+    and pooled over every round's plans; alpha, beta as frequencies of the first repair's transitions (App. A).
     """
     started = paths.config.exists()
     if started:
