@@ -498,8 +498,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     st.add_argument("--verifier", help="the judge of a swapped run (names its folder, as in generate)")
     st.add_argument("--run-name", help="output folder name (default: the setting name, suffixed on a swap)")
     st.add_argument("--out-root", default=str(store.DEFAULT_OUT_ROOT))
-    st.add_argument("--no-labels", action="store_true", help="counts and cost only (the labels run the task's checker on every "
-                                                          "stored plan; code tasks execute their tests in the sandbox)")
+    st.add_argument("--no-labels", action="store_true",
+                    help="counts and cost only (the labels run the task's checker on every stored plan; code tasks "
+                         "execute their tests in the sandbox)")
     st.add_argument("--json", action="store_true", help="print the report as JSON")
     r = sub.add_parser("resolve", help="print the resolved setting and run config (no engine)")
     setting_args(r)
