@@ -254,7 +254,7 @@ def test_run_cost_from_sessions():
 
 def test_a_window_resumed_on_another_machine_names_both(tmp_path):
     """Each session records its machine; the labeled arrays list every machine with what it generated."""
-    from vrr.loop.store import session_machines
+    from vrr.loop.store import machine_kind, session_machines
 
     bf16 = {"backend": "vllm-cpu", "cpu_kind": "AVX512-BF16", "dtype": "bfloat16", "cores": 2}
     fp32 = {"backend": "vllm-cpu", "cpu_kind": "AVX2", "dtype": "float32", "cores": 2}
@@ -265,6 +265,8 @@ def test_a_window_resumed_on_another_machine_names_both(tmp_path):
     rows = session_machines(meta)
     assert [(r["cpu_kind"], r["dtype"], r["instances"], r["probe_plans"], r["seconds"]) for r in rows] == [
         ("AVX512-BF16", "bfloat16", 10, 0, 3600.0), ("AVX2", "float32", 10, 3, 3200.0), (None, None, 2, 0, 9.0)]
+    # a row's kind is its sessions' kind; the core count does not split a kind
+    assert [machine_kind(r) for r in rows] == [machine_kind(bf16), machine_kind({**fp32, "cores": 8}), (None,) * 3]
     cfg = small_cfg(**{"probe.n": 0, "window.N": 4})
     paths = generate(cfg, engine=FakeEngine(), out_root=tmp_path, limit=2)
     generate(cfg, engine=FakeEngine(), out_root=tmp_path)

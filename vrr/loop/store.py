@@ -735,16 +735,25 @@ def batch_time(records: list[dict]) -> tuple[float, int]:
     return float(sum(sec for _, sec in batches)), len(records)
 
 
+MACHINE_KIND_FIELDS = ("backend", "cpu_kind", "dtype")
+
+
+def machine_kind(machine: dict | None) -> tuple:
+    """The key that groups a session's machine record into a machine kind: (backend, CPU kind, dtype),
+    ``None`` where the session did not record a field. A session row or a :func:`session_machines` row works."""
+    machine = machine or {}
+    return tuple(machine.get(k) for k in MACHINE_KIND_FIELDS)
+
+
 def session_machines(meta: dict) -> list[dict]:
     """The machines a run's sessions ran on (backend, CPU kind, dtype; ``None`` where a session did not record
     it), each with the instances, probe plans and seconds generated there, in order of first use: a window
     resumed on another machine kind spans several, and its figures name each."""
     out: dict[tuple, dict] = {}
     for s in meta.get("sessions", []):
-        m = s.get("machine") or {}
-        key = (m.get("backend"), m.get("cpu_kind"), m.get("dtype"))
-        row = out.setdefault(key, {"backend": key[0], "cpu_kind": key[1], "dtype": key[2], "instances": 0,
-                                   "probe_plans": 0, "seconds": 0.0})
+        key = machine_kind(s.get("machine"))
+        row = out.setdefault(key, {**dict(zip(MACHINE_KIND_FIELDS, key)), "instances": 0, "probe_plans": 0,
+                                   "seconds": 0.0})
         row["instances"] += s.get("instances", 0)
         row["probe_plans"] += s.get("probe_plans", 0)
         row["seconds"] = round(row["seconds"] + s.get("seconds", 0.0), 1)

@@ -19,7 +19,7 @@ from .render import rate_text
 
 
 def _machine_name(row: dict) -> str:
-    return " ".join(str(row[k]) for k in ("backend", "cpu_kind", "dtype") if row.get(k)) or "machine not recorded"
+    return " ".join(str(v) for v in store.machine_kind(row) if v) or "machine not recorded"
 
 
 def run_status(paths: store.RunPaths, cfg: RunConfig, labels: bool = True) -> dict:
@@ -39,11 +39,7 @@ def run_status(paths: store.RunPaths, cfg: RunConfig, labels: bool = True) -> di
     meta = store.read_run_meta(paths)
     sessions = meta.get("sessions", [])
     machines = store.session_machines(meta)
-
-    def kind(machine: dict | None) -> tuple:
-        machine = machine or {}
-        return machine.get("backend"), machine.get("cpu_kind"), machine.get("dtype")
-
+    kind = store.machine_kind
     for row in machines:  # each machine kind's per-item costs, by run_cost's rule (sessions of one phase only)
         cost = store.run_cost({"sessions": [s for s in sessions if kind(s.get("machine")) == kind(row)]})
         row["seconds_per_instance"] = cost["seconds_per_instance"]
