@@ -120,16 +120,19 @@ def test_a_simulated_setting_is_refused_naming_the_field():
         main(["status", "sim_qwen3b_favorable"])
 
 
-def test_the_readme_quotes_what_status_prints_on_the_committed_part_file():
-    """The README's interim GSM8K numbers name `python -m vrr status`; they are its output on the committed run."""
+@pytest.mark.parametrize("setting", ["gsm8k_cpu_program_favorable", "gsm8k_cpu_program_pmstress"])
+def test_the_readme_quotes_what_status_prints_on_the_committed_part_file(setting):
+    """The README's interim numbers of a window in generation name `python -m vrr status`; they are its output
+    on the committed run."""
     readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
-    m = re.search(r"(\d+) of the favorable window's (\d+) instances.*?`python -m vrr status "
-                  r"gsm8k_cpu_program_favorable`.*?\$J\$=([\d.]+) on the initial plans.*?([\d.]+) on every round's "
+    m = re.search(r"(\d+) of the [\w-]+ window's (\d+) instances[^`]*`python -m vrr status "
+                  + re.escape(setting) +
+                  r"`.*?\$J\$=([\d.]+) on the initial plans.*?([\d.]+) on every round's "
                   r"plans.*?fixes (\d+) of (\d+) invalid plans and breaks (\d+) of (\d+) valid.*?every repair fixes "
                   r"(\d+) of (\d+) and breaks (\d+) of (\d+).*?validity by round is ((?:\.\d\d ?)+) "
                   r"\(([a-z ]+) by the shape test\)", readme, re.S)
-    assert m, "README: the interim paragraph of gsm8k_cpu_program_favorable is not where this test expects it"
-    cfg = run_config(load_config("gsm8k_cpu_program_favorable"))
+    assert m, f"README: the interim paragraph of {setting} is not where this test expects it"
+    cfg = run_config(load_config(setting))
     st = run_status(store.RunPaths(store.DEFAULT_OUT_ROOT, cfg.setting), cfg)
     lab, first, every = st["labels"], st["labels"]["first_repair"], st["labels"]["every_repair"]
     assert [int(m[1]), int(m[2])] == [st["instances"]["done"], st["instances"]["total"]]
