@@ -120,7 +120,7 @@ def test_a_simulated_setting_is_refused_naming_the_field():
         main(["status", "sim_qwen3b_favorable"])
 
 
-@pytest.mark.parametrize("setting", ["gsm8k_cpu_program_favorable", "gsm8k_cpu_program_pmstress"])
+@pytest.mark.parametrize("setting", ["gsm8k_cpu_program_pmstress"])
 def test_the_readme_quotes_what_status_prints_on_the_committed_part_file(setting):
     """The README's interim numbers of a window in generation name `python -m vrr status`; they are its output
     on the committed run."""
