@@ -10,7 +10,7 @@ from vrr.calibration.identifiability import (bootstrap_intervals, error_radius, 
                                  sign_identifiable)
 from vrr.core.model import NoiseParams
 from vrr.data.simulate import simulate_setting
-from vrr.stats.analysis import trajectory_shape
+from vrr.stats.analysis import initial_vote_counts, trajectory_shape
 from vrr.stats.inference import bootstrap_ci, bootstrap_means, mcnemar_exact, paired_bootstrap, policy_table
 
 A = (np.random.default_rng(5).random(400) < 0.72).astype(int)
@@ -151,6 +151,30 @@ def test_simulation_is_seeded_and_matches_parameters():
     assert a.y[fixed, 1].mean() == pytest.approx(0.25, abs=0.02)
     assert json.loads(json.dumps(a.meta))["true_params"]["beta"] == 0.5
     assert a.probe_M == 16 and a.probe_S.max() <= 16
+
+
+def test_initial_vote_counts_in_closed_form():
+    """Three valid plans with 0, 0, 4 of 4 accepts (rho1 = 2/3) and one invalid plan with 1 (rho0 = 1/4)."""
+    from math import comb
+    s = Setting(S=np.array([[0, 1], [0, 2], [4, 3], [1, 0]]), y=np.array([[1, 1], [1, 0], [1, 1], [0, 0]]), M=4)
+    votes = initial_vote_counts(s)
+    assert votes["valid"]["observed"] == [2, 0, 0, 0, 1] and votes["invalid"]["observed"] == [0, 1, 0, 0, 0]
+    assert votes["valid"]["binomial"] == pytest.approx([3 * comb(4, k) * (1 / 3) ** k * (2 / 3) ** (4 - k)
+                                                        for k in range(5)])
+    assert votes["invalid"]["binomial"] == pytest.approx([comb(4, k) * 0.25 ** k * 0.75 ** (4 - k) for k in range(5)])
+
+
+def test_initial_vote_counts_match_independent_votes_and_not_correlated_ones():
+    """Eq. 3's votes fill the binomial's counts; votes that copy one draw per plan pile up at 0 and M."""
+    sim = simulate_setting(NoiseParams(0.3, 0.2, 0.25, 0.5, 0.6), n=20000, k_max=1, seed=3)
+    votes = initial_vote_counts(sim)
+    for name in ("valid", "invalid"):
+        assert np.array(votes[name]["observed"]) / votes[name]["n"] == pytest.approx(
+            np.array(votes[name]["binomial"]) / votes[name]["n"], abs=0.01)
+    one_draw = np.random.default_rng(3).random(sim.y.shape) < np.where(sim.y == 1, 0.8, 0.3)
+    copied = Setting(S=sim.M * one_draw, y=sim.y, M=sim.M)   # every vote on a plan is the plan's one draw
+    valid = initial_vote_counts(copied)["valid"]
+    assert valid["observed"][0] > 10 * valid["binomial"][0] and valid["observed"][-1] > 2 * valid["binomial"][-1]
 
 
 def test_error_radius_zero_for_degenerate_intervals_and_grows_with_width():

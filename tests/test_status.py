@@ -50,8 +50,13 @@ def test_labels_of_a_partial_run_in_closed_form(tmp_path):
     assert lab["every_repair"] == {"n_fixed": 4, "n_invalid_before": 4, "n_broken": 4, "n_valid_before": 4}
     assert (lab["alpha"], lab["beta"]) == (1.0, 1.0)
     assert lab["acceptance_by_round"] == pytest.approx([1.5 / 4] * 3)
+    votes = lab["initial_votes"]
+    assert votes["valid"]["observed"] == [0, 0, 2, 0, 0] and votes["invalid"]["observed"] == [0, 2, 0, 0, 0]
+    # rho1 = 1/2: two valid plans times Binomial(4, 1/2)
+    assert votes["valid"]["binomial"] == pytest.approx([2 * math.comb(4, k) / 16 for k in range(5)])
     text = format_status(st)
     assert "instances  4 of 10 (test 0..9)" in text and "fixes 2 of 2" in text and "breaks 4 of 4" in text
+    assert "valid   0 0 2 0 0  /  0.1 0.5 0.8 0.5 0.1" in text
 
 
 def test_reads_beside_a_running_generator_and_writes_nothing(tmp_path):
@@ -142,3 +147,20 @@ def test_the_readme_quotes_what_status_prints_on_the_committed_part_file(setting
         every["n_fixed"], every["n_invalid_before"], every["n_broken"], every["n_valid_before"]]
     assert m[13].split() == [f"{q:.2f}".replace("0.", ".", 1) for q in lab["validity_by_round"]]
     assert m[14] == lab["shape"]
+
+
+def test_the_readme_vote_correlation_claim_is_what_status_prints():
+    """The README's count of valid initial plans with no accepting vote, and what independent votes expect,
+    are `python -m vrr status gsm8k_cpu_program_favorable` on the committed run."""
+    setting = "gsm8k_cpu_program_favorable"
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    m = re.search(r"(\d+) of the (\d+) valid initial plans get 0 of (\d+) accepting votes.*?independent votes at "
+                  r"\$\\hat\\rho_1\$=([\d.]+) \(Eq\. 3\) expect ([\d.]+), and (\d+) get all \d+ where they expect "
+                  r"([\d.]+) \(`python -m vrr status " + re.escape(setting) + "`", readme)
+    assert m, "README: the vote-correlation sentence is not where this test expects it"
+    cfg = run_config(load_config(setting))
+    lab = run_status(store.RunPaths(store.DEFAULT_OUT_ROOT, cfg.setting), cfg)["labels"]
+    valid = lab["initial_votes"]["valid"]
+    assert [int(m[1]), int(m[2]), int(m[3])] == [valid["observed"][0], valid["n"], lab["initial_votes"]["M"]]
+    assert [m[4], m[5], int(m[6]), m[7]] == [f"{lab['rho1']:.3f}", f"{valid['binomial'][0]:.1f}",
+                                             valid["observed"][-1], f"{valid['binomial'][-1]:.1f}"]

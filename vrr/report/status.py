@@ -14,7 +14,7 @@ from ..calibration.estimators import labeled_mle, transition_rates
 from ..label.labeling import build_setting, stored_window
 from ..loop import store
 from ..loop.config import RunConfig, from_stored
-from ..stats.analysis import loop_dynamics
+from ..stats.analysis import initial_vote_counts, loop_dynamics
 from .render import rate_text
 
 
@@ -30,7 +30,8 @@ def run_status(paths: store.RunPaths, cfg: RunConfig, labels: bool = True) -> di
     machine kind of the run's last session, over the sessions there that ran only that phase.
 
     Labels: rho0, rho1 by labeled maximum likelihood (App. I) on the initial plans, as the loop-dynamics table,
-    and pooled over every round's plans; alpha, beta as frequencies of the first repair's transitions (App. A).
+    and pooled over every round's plans; alpha, beta as frequencies of the first repair's transitions (App. A);
+    the initial plans by label and accept count, beside the counts Eq. 3's independent votes expect.
     """
     started = paths.config.exists()
     if started:
@@ -80,6 +81,7 @@ def run_status(paths: store.RunPaths, cfg: RunConfig, labels: bool = True) -> di
             "every_repair": {k: int(v) for k, v in vars(every).items() if k.startswith("n_")},
             "validity_by_round": row["Q"], "acceptance_by_round": row["A"],
             "shape": row["shape"], "peak_round": row["peak_round"],
+            "initial_votes": initial_vote_counts(setting),
         }
     return out
 
@@ -143,5 +145,11 @@ def format_status(st: dict) -> str:
         + (f", peak at round {lab['peak_round']}" if lab["peak_round"] is not None else "") + ")",
         f"    acceptance by round {_rounds(lab['acceptance_by_round'])}",
     ]
+    votes = lab["initial_votes"]
+    lines.append(f"    initial plans by accepting votes 0..{votes['M']} (observed / independent votes, Eq. 3):")
+    for name in ("valid", "invalid"):
+        if votes[name]["n"]:
+            lines.append(f"      {name:<7} {' '.join(str(c) for c in votes[name]['observed'])}  /  "
+                         + " ".join(f"{e:.1f}" for e in votes[name]["binomial"]))
     return "\n".join(lines)
 

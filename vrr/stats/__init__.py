@@ -15,6 +15,7 @@ from .analysis import (  # noqa: F401
     summarize_replay,
     trajectory_shape,
     loop_dynamics,
+    initial_vote_counts,
     damage_statistics,
     calibration_summary,
     PAIRED_COMPARISONS,

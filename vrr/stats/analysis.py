@@ -88,6 +88,26 @@ def loop_dynamics(setting: Setting) -> dict:
     return row
 
 
+def initial_vote_counts(setting: Setting) -> dict:
+    """Round-0 plans by label and number of accepting votes, observed and as the noise model expects.
+
+    Eq. 3 makes the M votes on a plan independent given its validity, so a valid plan's accept count is
+    Binomial(M, 1 - rho1) and an invalid plan's Binomial(M, rho0), with rho0, rho1 the labeled estimates of
+    :func:`loop_dynamics`. Votes correlated within a plan pile up in the end counts (0 and M) beyond it.
+    """
+    from scipy.stats import binom  # imported on use: only this analysis needs it
+
+    S, y, M = setting.S[:, 0], setting.y[:, 0].astype(bool), setting.M
+    votes = labeled_mle(S, y, M)
+    out = {"M": M}
+    for name, mask, accept_rate in (("valid", y, 1 - votes.rho1), ("invalid", ~y, votes.rho0)):
+        n = int(mask.sum())
+        expected = n * binom.pmf(np.arange(M + 1), M, accept_rate) if n else np.full(M + 1, np.nan)
+        out[name] = {"n": n, "observed": np.bincount(S[mask].astype(int), minlength=M + 1).tolist(),
+                     "binomial": expected.tolist()}
+    return out
+
+
 def damage_statistics(setting: Setting) -> dict:
     """Raw-label statistics of App. C: the share of instances that see a valid plan repaired
     into an invalid one, and the share of those damaging repairs that win majority acceptance."""
