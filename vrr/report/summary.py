@@ -67,8 +67,8 @@ def readme_summary(results_root: str | Path) -> str:
                     *(v(rows, p) for p in ["No repair", "Fixed K=5", "VRR-Stop", "TPM reference", "VRR-Guard",
                                            "Hindsight best"])] for _, label, sim, rows in runs if sim])
     real = [(name, label, rows) for name, label, sim, rows in runs if not sim]
-    out += ["", "**Real windows: loop dynamics** (labeled estimates on the window; $\\alpha,\\beta$ from the first "
-            "repair; n/a: no plan of that class to estimate it on; shape: a change counts where exact McNemar tests on "
+    out += ["", "**Real windows: loop dynamics** (labeled estimates on the window's initial plans; $\\alpha,\\beta$ from "
+            "the first repair; n/a: no plan of that class to estimate it on; shape: a change counts where exact McNemar tests on "
             "the paired rounds resolve it at 0.05, `vrr.stats.trajectory_shape`; `results/tables/loop_dynamics.csv`):", ""]
     out += _table(["setting", "ρ0", "ρ1", "J", "α", "β", "b*", "validity by round (shape)"],
                   [[label, *(_estimate(dynamics[label][k]) for k in ("rho0", "rho1", "J", "alpha", "beta", "b_star")),
