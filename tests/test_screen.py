@@ -36,3 +36,16 @@ def test_a_screen_without_valid_plans_says_n_a():
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[2].startswith("0.33 [") and cells[3] == "n/a" and cells[4] == "**n/a**"
     assert cells[5:8] == ["0/3", "0/0", "0.00"] and "nan" not in line
+
+
+def test_the_table_command_names_the_same_run_folder():
+    """The command a row records parses back to the same candidate, so rerunning it resumes that run."""
+    import shlex
+    argv = ["bfcl_multi_cpu", "--set", "verifier.style=check", "--set", "engine.batch_size=5", "--model",
+            "qwen2.5-coder-1.5b", "--n", "10", "--label", "BFCL multi 1.5B, executor verifier (check)"]
+    a = screen.parse_args(argv)
+    command = screen.reproduce_command(a)
+    assert command.startswith("python scripts/screen.py bfcl_multi_cpu ")
+    again = screen.parse_args(shlex.split(command)[2:])
+    assert screen.run_name(again) == screen.run_name(a)
+    assert screen.run_name(screen.parse_args(argv[:-2])) != screen.run_name(a)   # the label is part of the key
