@@ -43,7 +43,7 @@ def test_make_reproduce_writes_every_notebook_table_figure_and_the_index(chain_r
     tables = results / "tables"
     for name in ("robustness", "loop_dynamics", "calibration_stress", "paired_stats", "ablation_delta",
                  "ablation_n_calib", "ablation_calibration_input", "stopping_sim_qwen3b_pmstress",
-                 "stopping_gsm8k_cpu_pmstress", "iterative_feedback"):
+                 "stopping_gsm8k_cpu_pmstress", "iterative_feedback", "round_dynamics"):
         rows = list(csv.DictReader(open(tables / f"{name}.csv")))
         assert rows, name
         tex = (tables / f"{name}.tex").read_text()
@@ -58,6 +58,22 @@ def test_make_reproduce_writes_every_notebook_table_figure_and_the_index(chain_r
     for name in ("robustness.csv", "pareto.png", "06_figures", "sim_qwen3b_pmstress", "mbpp_cpu_pmstress"):
         assert name in index
     assert not list(results.rglob("*.tmp.ipynb")) and not list(results.rglob("*.failed.ipynb"))
+
+
+@pytest.mark.chain
+def test_the_round_dynamics_table_replays_the_saved_calibrations(chain_results):
+    """Its VRR-Stop and TPM columns are 04_replay's (same calibration, same folds); on the simulated
+    non-stationary diagnostic the round-dependent rates close part of the hindsight gap, and on its
+    stationary control they change nothing beyond noise."""
+    rows = {r["setting"]: r for r in csv.DictReader(open(chain_results / "tables" / "round_dynamics.csv"))}
+    assert set(rows) == set(CHAIN_SUBSET)   # the non-stationary pair is in it although 06 tables leave it out
+    for s, row in rows.items():
+        policies = {r["policy"]: r for r in json.loads((chain_results / s / "stats.json").read_text())["policy_table"]}
+        assert float(row["V_stop"]) == pytest.approx(policies["VRR-Stop"]["V"], abs=1e-6)
+        assert float(row["V_tpm"]) == pytest.approx(policies["TPM reference"]["V"], abs=1e-6)
+        assert float(row["V_hindsight"]) == pytest.approx(policies["Hindsight best"]["V"], abs=1e-6)
+    assert float(rows["sim_nonstationary"]["d_pp"]) > 1 and float(rows["sim_nonstationary"]["gap_closed"]) > 0.2
+    assert abs(float(rows["sim_nonstationary_control"]["d_pp"])) < 1
 
 
 @pytest.mark.chain

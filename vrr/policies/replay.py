@@ -168,7 +168,7 @@ DEFAULT_POLICIES = ("No repair", "Majority stopping", "ConfStop", "Fixed", "Acce
                     "Last-accepted", "Verifier-best", "VRR-Stop", "VRR-Guard", "Algorithm 1",
                     TPM, "Hindsight best")
 # replayed on request (``policies=DEFAULT_POLICIES + EXTRA_POLICIES``): VRR-Stop with round-dependent
-# alpha_t, beta_t (vrr.calibration.round_dynamics; scripts/round_dynamics_table.py)
+# alpha_t, beta_t (vrr.calibration.round_dynamics; vrr.report.table_round_dynamics)
 EXTRA_POLICIES = ("VRR-Stop-t", "TPM-t")
 
 

@@ -8,6 +8,7 @@ from .paper import (  # noqa: F401
     PAPER_POLICY_ORDER, Results, flip_grid, flip_region_rates, loop_dynamics_panels, pareto_panels,
     perturbation_start, probe_figure_inputs, table_ablations,
     table_calibration_stress, table_iterative_feedback, table_loop_dynamics, table_paired, table_robustness,
+    table_round_dynamics,
     table_stopping, verifier_markers,
 )
 from .render import (  # noqa: F401

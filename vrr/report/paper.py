@@ -15,6 +15,7 @@ from . import render as rep
 from ..common.jsonio import read_json
 from ..data.contract import load_setting
 from ..calibration.identifiability import flip_risk_grid
+from ..policies.replay import TPM, load_calibration, replay
 from ..settings import load_config
 
 PAPER_POLICY_ORDER = ["No repair", "Majority stopping", "ConfStop-0.85", "Fixed K=1", "Fixed K=3", "Fixed K=5",
@@ -183,6 +184,46 @@ def table_iterative_feedback(res: Results, out_dir: Path) -> list[dict]:
                         out_dir / "iterative_feedback",
                         caption="Fixed-budget Self-Refine / Reflexion repair vs VRR-Stop on the same real "
                                 "trajectories (App. D).")
+    return rows
+
+
+ROUND_DYNAMICS_POLICIES = ("VRR-Stop", "VRR-Stop-t", TPM, "TPM-t", "Hindsight best")
+
+
+def table_round_dynamics(results_root: str | Path, runs: Sequence[str], out_dir: Path) -> list[dict]:
+    """VRR-Stop-t (Eqs. 5-7 with round-dependent alpha_t, beta_t, ``vrr.calibration.round_dynamics``) against
+    VRR-Stop, TPM, TPM-t and hindsight, one row per run with a ``calibration.json``, in name order.
+
+    Every column is replayed with the run's saved cross-fit calibration (the same folds). TPM-t is VRR-Stop-t's
+    oracle: the true round-dependent schedule (simulated) or the labeled cross-fit rates of every round (real).
+    "gap closed" is (VRR-Stop-t - VRR-Stop) / (hindsight - VRR-Stop), undefined where hindsight has no gap;
+    kappa_alpha, kappa_beta are fold 0's empirical-Bayes shrinkage strengths toward the first-round rates.
+    """
+    rows = []
+    for run in sorted(set(runs)):
+        path = Path(results_root) / run / "calibration.json"
+        if not path.is_file():
+            continue
+        crossfit, config = load_calibration(path)
+        setting = load_setting(Path(read_json(path)["arrays_path"]))
+        res = replay(setting, config, policies=ROUND_DYNAMICS_POLICIES, calibration=crossfit)
+        v = {name: float(res.validity[name].mean()) for name in ROUND_DYNAMICS_POLICIES}
+        gap = v["Hindsight best"] - v["VRR-Stop"]
+        kappa = res.extras["round_rates_per_fold"][0]
+        rows.append({"setting": run, "N": setting.n_instances, "V_stop": v["VRR-Stop"], "V_stop_t": v["VRR-Stop-t"],
+                     "d_pp": 100 * (v["VRR-Stop-t"] - v["VRR-Stop"]), "V_tpm": v[TPM], "V_tpm_t": v["TPM-t"],
+                     "V_hindsight": v["Hindsight best"],
+                     "gap_closed": (v["VRR-Stop-t"] - v["VRR-Stop"]) / gap if gap > 0 else float("nan"),
+                     "K_stop": float(res.outcomes["VRR-Stop"].committed.mean()),
+                     "K_stop_t": float(res.outcomes["VRR-Stop-t"].committed.mean()),
+                     "kappa_alpha": float(kappa["kappa_alpha"]), "kappa_beta": float(kappa["kappa_beta"])})
+    if rows:
+        rep.write_table(rows, [("setting", "Setting"), ("N", "N"), ("V_stop", "VRR-Stop"), ("V_stop_t", "VRR-Stop-t"),
+                               ("d_pp", "d (pp)"), ("V_tpm", "TPM"), ("V_tpm_t", "TPM-t"), ("V_hindsight", "Hindsight"),
+                               ("gap_closed", "Gap closed"), ("K_stop", "<K> Stop"), ("K_stop_t", "<K> Stop-t"),
+                               ("kappa_alpha", "kappa alpha"), ("kappa_beta", "kappa beta")],
+                        out_dir / "round_dynamics",
+                        caption="Round-dependent repair rates: VRR-Stop-t against VRR-Stop, TPM, TPM-t and hindsight.")
     return rows
 
 
