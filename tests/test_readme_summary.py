@@ -62,4 +62,3 @@ def test_an_estimate_without_plans_of_its_class_reads_n_a(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     block = readme_summary(tmp_path)
     assert "| MBPP CPU fav. | 0.062 | n/a | n/a | 0.000 | n/a | n/a |" in block and "nan" not in block
-

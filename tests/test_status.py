@@ -125,11 +125,18 @@ def test_a_simulated_setting_is_refused_naming_the_field():
         main(["status", "sim_qwen3b_favorable"])
 
 
+def readme_and_committed_status(setting):
+    """The README as one line of text, and `python -m vrr status <setting>` on the committed run."""
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    cfg = run_config(load_config(setting))
+    return readme, run_status(store.RunPaths(store.DEFAULT_OUT_ROOT, cfg.setting), cfg)
+
+
 @pytest.mark.parametrize("setting", ["gsm8k_cpu_program_pmstress"])
 def test_the_readme_quotes_what_status_prints_on_the_committed_part_file(setting):
     """The README's interim numbers of a window in generation name `python -m vrr status`; they are its output
     on the committed run."""
-    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    readme, st = readme_and_committed_status(setting)
     m = re.search(r"(\d+) of the [\w-]+ window's (\d+) instances[^`]*`python -m vrr status "
                   + re.escape(setting) +
                   r"`.*?\$J\$=([\d.]+) on the initial plans.*?([\d.]+) on every round's "
@@ -137,8 +144,6 @@ def test_the_readme_quotes_what_status_prints_on_the_committed_part_file(setting
                   r"(\d+) of (\d+) and breaks (\d+) of (\d+).*?validity by round is ((?:\.\d\d ?)+) "
                   r"\(([a-z ]+) by the shape test\)", readme, re.S)
     assert m, f"README: the interim paragraph of {setting} is not where this test expects it"
-    cfg = run_config(load_config(setting))
-    st = run_status(store.RunPaths(store.DEFAULT_OUT_ROOT, cfg.setting), cfg)
     lab, first, every = st["labels"], st["labels"]["first_repair"], st["labels"]["every_repair"]
     assert [int(m[1]), int(m[2])] == [st["instances"]["done"], st["instances"]["total"]]
     assert [m[3], m[4]] == [f"{lab['J']:.3f}", f"{lab['J_all_rounds']:.3f}"]
@@ -153,13 +158,12 @@ def test_the_readme_vote_correlation_claim_is_what_status_prints():
     """The README's count of valid initial plans with no accepting vote, and what independent votes expect,
     are `python -m vrr status gsm8k_cpu_program_favorable` on the committed run."""
     setting = "gsm8k_cpu_program_favorable"
-    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    readme, st = readme_and_committed_status(setting)
     m = re.search(r"(\d+) of the (\d+) valid initial plans get 0 of (\d+) accepting votes.*?independent votes at "
                   r"\$\\hat\\rho_1\$=([\d.]+) \(Eq\. 3\) expect ([\d.]+), and (\d+) get all \d+ where they expect "
                   r"([\d.]+) \(`python -m vrr status " + re.escape(setting) + "`", readme)
     assert m, "README: the vote-correlation sentence is not where this test expects it"
-    cfg = run_config(load_config(setting))
-    lab = run_status(store.RunPaths(store.DEFAULT_OUT_ROOT, cfg.setting), cfg)["labels"]
+    lab = st["labels"]
     valid = lab["initial_votes"]["valid"]
     assert [int(m[1]), int(m[2]), int(m[3])] == [valid["observed"][0], valid["n"], lab["initial_votes"]["M"]]
     assert [m[4], m[5], int(m[6]), m[7]] == [f"{lab['rho1']:.3f}", f"{valid['binomial'][0]:.1f}",
