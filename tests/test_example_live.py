@@ -91,3 +91,15 @@ def test_bad_arguments_are_clear_errors(tmp_path, calibration):
         proc = subprocess.run([sys.executable, str(EXAMPLE), "--backend", "fake", *args], capture_output=True,
                               text=True, cwd=tmp_path, timeout=300)
         assert proc.returncode != 0 and message in proc.stderr, (args, proc.stderr)
+
+
+def test_the_fake_engine_line_of_the_adapters_page_runs_as_written(tmp_path):
+    """docs/adapters.md's no-model command works on a fresh clone: no results/ calibration needed."""
+    lines = [ln for ln in (REPO / "docs" / "adapters.md").read_text().splitlines()
+             if ln.startswith(".venv/bin/python examples/live_gsm8k.py --backend fake")]
+    assert len(lines) == 1, lines
+    args = lines[0].split()[2:]
+    proc = subprocess.run([sys.executable, str(EXAMPLE), *args], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "gsm8k test #1" in proc.stdout and "committed valid:" in proc.stdout
