@@ -50,6 +50,8 @@ def main() -> int:
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1:] if "--" in argv else []  # after --: passed to python -m vrr generate
     a = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    if a.turns < 0 or (a.turns and a.chunk <= 0):
+        ap.error("--turns: a positive number of turns, with --chunk (a run without chunks has no turns)")
     Path(a.log_dir).mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                PYTHONUNBUFFERED="1")

@@ -46,3 +46,8 @@ def test_turns_stop_the_run_between_chunks(tmp_path):
         assert argv[argv.index("--limit") + 1] == "12" and argv[argv.index("--phase") + 1] == "traj"
         assert "--no-finalize" in argv and argv[argv.index("--batch-size") + 1] == "12"
     assert "rerun the same command to resume" in proc.stdout
+
+
+def test_turns_without_chunks_is_an_error(tmp_path):
+    proc, calls = _run(tmp_path, "--turns", "2")
+    assert proc.returncode == 2 and "--turns" in proc.stderr and calls == []
