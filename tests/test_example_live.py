@@ -98,8 +98,5 @@ def test_the_fake_engine_line_of_the_adapters_page_runs_as_written(tmp_path):
     lines = [ln for ln in (REPO / "docs" / "adapters.md").read_text().splitlines()
              if ln.startswith(".venv/bin/python examples/live_gsm8k.py --backend fake")]
     assert len(lines) == 1, lines
-    args = lines[0].split()[2:]
-    proc = subprocess.run([sys.executable, str(EXAMPLE), *args], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert "gsm8k test #1" in proc.stdout and "committed valid:" in proc.stdout
+    stdout, data = run_example(tmp_path, *lines[0].split()[2:])  # the page's --backend fake repeats run_example's
+    assert "gsm8k test #1" in stdout and "committed valid:" in stdout
