@@ -635,8 +635,8 @@ def _shared_lock(lock_path: Path) -> Iterator[int]:
 @contextmanager
 def generation_lock(paths: RunPaths) -> Iterator[dict]:
     """The locks a generator holds for its session: the run's lock, exclusively for a whole-window
-    run; for a shard, the run's lock shared (shards run side by side; a whole-window run is refused while any runs) and
-    the shard's own lock exclusively. A shard of another split of the same run (``j/m`` with another
+    run; for a shard, the run's lock shared (shards run side by side; a whole-window run is refused
+    while any runs) and the shard's own lock exclusively. A shard of another split of the same run (``j/m`` with another
     ``m``) that is running is refused: its share overlaps this one's."""
     if paths.shard is None:
         with ExitStack() as stack:
