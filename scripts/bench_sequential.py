@@ -31,6 +31,8 @@ a random order (``vrr.policies.sequential.vote_orders``, ``--seed``, default 0).
 
     .venv/bin/python scripts/bench_sequential.py                     # all settings (several minutes)
     .venv/bin/python scripts/bench_sequential.py --settings sim_qwen3b_pmstress --markdown
+
+``--markdown`` prints docs/online.md's tables (a row per setting, the pooled savings, the real windows' tokens).
 """
 from __future__ import annotations
 
@@ -153,7 +155,32 @@ def _table(head: list[str], lines: list[list[str]], markdown: bool) -> str:
     return "\n".join([fmt(head)] + [fmt(line) for line in lines])
 
 
-def render(rows: list[dict], error_rate: float, markdown: bool) -> str:
+def pooled(rows: list[dict]) -> dict:
+    """Per policy and mode: (percent of the fixed-M verifier calls saved, decisions changed, instances, settings),
+    pooled over the rows' settings, each weighted by its instances."""
+    by_policy: dict = {}
+    for r in rows:
+        by_policy.setdefault(r["policy"], []).append(r)
+    out = {}
+    for policy, rs in by_policy.items():
+        total = {m: sum(r[f"calls_{m}"] * r["N"] for r in rs) for m in MODES}
+        n = sum(r["N"] for r in rs)
+        out[policy] = {m: (100 * (1 - total[m] / total["off"]), sum(r[f"changed_{m}"] for r in rs), n, len(rs))
+                       for m in MODES[1:]}
+    return out
+
+
+def _token_table(rows: list[dict], markdown: bool) -> str:
+    real = [r for r in rows if "gen_off" in r]
+    head = ["setting", "policy"] + [f"{kind} tokens {m}" for kind in ("gen", "prompt")
+                                    for m in ("fixed", "exact", "sprt", "pred")]
+    lines = [[r["setting"], r["policy"]] + [f"{r[f'{kind}_{m}']:.0f}" for kind in ("gen", "prompt")
+                                             for m in MODES] for r in real]
+    return _table(head, lines, markdown) if real else ""
+
+
+def render_text(rows: list[dict], error_rate: float) -> str:
+    """Plain-text tables for the terminal: one line per setting and policy."""
     e = f"{error_rate:g}"
     head = ["setting", "policy", "fixed", "exact", "exact/fixed", f"sprt({e})", f"pred({e})",
             "changed exact/sprt/pred", "V fixed", "dV sprt", "dV pred", "vote order"]
@@ -163,31 +190,46 @@ def render(rows: list[dict], error_rate: float, markdown: bool) -> str:
               f"{r['changed_exact']}/{r['changed_sprt']}/{r['changed_predictive']} of {r['N']}",
               f"{r['V_off']:.3f}", f"{r['V_sprt'] - r['V_off']:+.3f}", f"{r['V_predictive'] - r['V_off']:+.3f}",
               r["order"]] for r in rows]
-    out = [_table(head, lines, markdown)]
-    real = [r for r in rows if "gen_off" in r]
-    if real:
-        head = ["setting", "policy"] + [f"{kind} tokens {m}" for kind in ("gen", "prompt")
-                                        for m in ("fixed", "exact", "sprt", "pred")]
-        lines = [[r["setting"], r["policy"]] + [f"{r[f'{kind}_{m}']:.0f}" for kind in ("gen", "prompt")
-                                                 for m in MODES] for r in real]
-        out += ["", "Verifier tokens per instance (estimated from the recorded batch totals, real windows):", "",
-                _table(head, lines, markdown)]
+    out = [_table(head, lines, False)]
+    tokens = _token_table(rows, False)
+    if tokens:
+        out += ["", "Verifier tokens per instance (estimated from the recorded batch totals, real windows):", "", tokens]
+    out += [""] + [f"{policy}: " + "; ".join(
+        f"{m} saves {pct:.1f}% (changed {changed}/{n} = {100 * changed / n:.2f}%)" for m, (pct, changed, n, _) in modes.items())
+        + f" of verifier calls, pooled over {next(iter(modes.values()))[3]} settings" for policy, modes in pooled(rows).items()]
     return "\n".join(out)
 
 
-def summary(rows: list[dict]) -> list[str]:
-    """Pooled savings per policy and mode, and the pooled changed decisions."""
-    by_policy: dict = {}
+def render_markdown(rows: list[dict], error_rate: float) -> str:
+    """The tables of docs/online.md's sequential-voting section, exactly as the page shows them: one row per
+    setting (the three policies side by side), the pooled savings, and the real windows' verifier tokens."""
+    by_setting: dict = {}
     for r in rows:
-        by_policy.setdefault(r["policy"], []).append(r)
-    out = []
-    for policy, rs in by_policy.items():
-        total = {m: sum(r[f"calls_{m}"] * r["N"] for r in rs) for m in MODES}
-        n = sum(r["N"] for r in rs)
-        parts = [f"{m} saves {100 * (1 - total[m] / total['off']):.1f}% (changed {sum(r[f'changed_{m}'] for r in rs)}"
-                 f"/{n} = {100 * sum(r[f'changed_{m}'] for r in rs) / n:.2f}%)" for m in MODES[1:]]
-        out.append(f"{policy}: " + "; ".join(parts) + f" of verifier calls, pooled over {len(rs)} settings")
-    return out
+        by_setting.setdefault(r["setting"], {})[r["policy"]] = r
+    e = f"{error_rate:g}"
+    lines = []
+    for name, p in by_setting.items():
+        alg, stop, guard = p["Algorithm 1"], p["VRR-Stop"], p["VRR-Guard"]
+        real = " (real)" if stop["order"] == "stored order" else ""
+        lines.append([f"{name}{real}", f"{alg['calls_off']:.2f} → {alg['calls_exact']:.2f}",
+                      f"{stop['calls_off']:.2f} → {stop['calls_exact']:.2f} "
+                      f"({stop['calls_sprt']:.2f}, {stop['calls_predictive']:.2f})",
+                      f"{stop['changed_sprt']}/{stop['changed_predictive']} of {stop['N']}, "
+                      f"{stop['V_sprt'] - stop['V_off']:+.3f}/{stop['V_predictive'] - stop['V_off']:+.3f}",
+                      f"{guard['calls_off']:.2f} → {guard['calls_exact']:.2f}"])
+    head = ["setting", "Alg. 1 fixed → exact", "VRR-Stop fixed → exact (sprt, pred.)",
+            "VRR-Stop changed sprt/pred., ΔV sprt/pred.", "VRR-Guard fixed → exact"]
+    pools = pooled(rows)
+    changed_exact = sum(modes["exact"][1] for modes in pools.values())
+    exact_line = ("Exact mode changed 0 decisions anywhere, under every policy." if changed_exact == 0
+                  else f"Exact mode changed {changed_exact} decisions.")
+    pool_lines = [[policy] + [f"{pct:.1f} % ({changed} changed)" for pct, changed, _, _ in modes.values()]
+                  for policy, modes in pools.items()]
+    out = [_table(head, lines, True), "",
+           f"{exact_line} Pooled over the {len(by_setting)} committed settings it saves:", "",
+           _table(["policy", "exact", f"sprt ({e})", f"predictive ({e})"], pool_lines, True)]
+    tokens = _token_table(rows, True)
+    return "\n".join(out + (["", tokens] if tokens else []))
 
 
 def main(argv=None) -> int:
@@ -196,7 +238,8 @@ def main(argv=None) -> int:
     ap.add_argument("--results", type=Path, default=REPO_ROOT / "results", help="results root of make reproduce")
     ap.add_argument("--seed", type=int, default=0, help="vote order of the simulated settings")
     ap.add_argument("--error-rate", type=float, default=0.05, help="error rate of the SPRT and the predictive test")
-    ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--markdown", action="store_true",
+                    help="print docs/online.md's tables (one row per setting, pooled savings, tokens)")
     args = ap.parse_args(argv)
     names = args.settings or sorted(p.parent.name for p in args.results.glob("*/calibration.json"))
     if not names:
@@ -204,10 +247,7 @@ def main(argv=None) -> int:
     rows = []
     for name in names:
         rows += bench_setting(name, args.seed, args.error_rate, args.results)
-    print(render(rows, args.error_rate, args.markdown))
-    print()
-    for line in summary(rows):
-        print(line)
+    print(render_markdown(rows, args.error_rate) if args.markdown else render_text(rows, args.error_rate))
     return 0
 
 

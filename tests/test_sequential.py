@@ -177,5 +177,13 @@ def test_sprt_on_committed_windows_reports_changes(calibration):
     assert stop["changed_exact"] == 0 and stop["calls_exact"] < stop["calls_off"]
     assert stop["calls_sprt"] <= stop["calls_exact"] and 0 <= stop["changed_sprt"] <= stop["N"]
     assert stop["gen_off"] > stop["gen_exact"] > 0 and stop["prompt_off"] > stop["prompt_exact"] > 0
-    text = bench.render(rows, 0.05, markdown=True)
-    assert text.startswith("| setting | policy | fixed | exact |") and "prompt tokens" in text
+    text = bench.render_text(rows, 0.05)
+    assert text.startswith("setting") and "prompt tokens" in text and "VRR-Stop: exact saves" in text
+    page = (REPO_ROOT / "docs" / "online.md").read_text().splitlines()
+    table = bench.render_markdown(rows, 0.05).splitlines()
+    window = [line for line in table if line.startswith("| gsm8k_cpu_pmstress ")]
+    assert len(window) == 4 and window[0].startswith("| gsm8k_cpu_pmstress (real) | ")
+    for line in window:                  # the page shows this command's output, not a hand copy
+        assert line in page, f"docs/online.md lacks the bench's line {line!r}; re-run `bench_sequential.py --markdown`"
+    head = [line for line in table if line.startswith("| setting |") or line.startswith("| policy |")]
+    assert len(head) == 3 and all(line in page for line in head)
