@@ -162,7 +162,7 @@ reproduce: env $(RESULTS)/06_figures.ipynb
 
 # ------------------------------------------------------------------ real trajectories (LLM engine)
 GEN_MODELS ?= qwen2.5-coder-0.5b
-generate: engine-env
+generate: env engine-env
 	$(MAKE) --no-print-directory models MODELS="$(GEN_MODELS)"
 	@for s in $(SETTINGS); do \
 	  $(PY) -m vrr notebook notebooks/01_generate.ipynb $(RESULTS)/$$s/01_generate.ipynb -p setting $$s -p run_engine True \

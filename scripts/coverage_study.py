@@ -14,7 +14,7 @@ Both coverages should be at least 1 - eta. ``--method`` picks the intervals: ``b
 bootstrap of the whole calibration used by Algorithm 1) or ``counts`` (the earlier Clopper-Pearson
 intervals on effective counts, for comparison).
 
-    python scripts/coverage_study.py                      # the table of the README (about 15 min on 2 cores)
+    python scripts/coverage_study.py --reps 40            # the table of docs/integrity.md (about 30 min on 2 cores)
     python scripts/coverage_study.py --reps 20 --boot 100 # a quick look
 """
 from __future__ import annotations

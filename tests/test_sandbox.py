@@ -128,6 +128,42 @@ def test_fork_bomb_cpu_hog_sleeper_and_setsid_child_leave_nothing():
     assert _no_leftovers()
 
 
+def test_no_capabilities_no_new_user_namespace_own_ipc_and_uts_and_the_per_process_limits():
+    """The properties a program can only observe from inside: uid 65534 with an empty capability set, no
+    further user namespace (``--disable-userns``), IPC and UTS namespaces other than the host's, tmpfs sizes,
+    and the per-process limits (open files, core files, file size)."""
+    code = (
+        "import ctypes, os, resource\n"
+        "status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines() if ':' in l)\n"
+        "print(os.getuid(), int(status['CapEff'].strip(), 16), int(status['CapBnd'].strip(), 16))\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.unshare(0x10000000), ctypes.get_errno())\n"          # CLONE_NEWUSER
+        "print(os.readlink('/proc/self/ns/ipc'), os.readlink('/proc/self/ns/uts'), os.uname().nodename)\n"
+        "print(*(os.statvfs(d).f_blocks * os.statvfs(d).f_frsize for d in ('/tmp', '/dev/shm')))\n"
+        "print(*(resource.getrlimit(r)[1] for r in (resource.RLIMIT_NOFILE, resource.RLIMIT_CORE, resource.RLIMIT_FSIZE)))\n")
+    r = run_python(code)
+    assert r.passed, r.error
+    ids, unshare, namespaces, tmpfs, limits = r.stdout.splitlines()
+    assert ids == f"{sandbox.SANDBOX_UID} 0 0"
+    assert unshare.split()[0] == "-1" and int(unshare.split()[1]) != 0
+    ipc, uts, hostname = namespaces.split()
+    assert ipc != os.readlink("/proc/self/ns/ipc") and uts != os.readlink("/proc/self/ns/uts")
+    assert hostname == "sandbox"
+    assert tmpfs == f"{sandbox.TMPFS_BYTES} {sandbox.TMPFS_BYTES}"
+    assert limits == f"{sandbox.OPEN_FILES_LIMIT} 0 {sandbox.FILE_SIZE_LIMIT}"
+
+
+def test_the_task_cap_stops_a_program_near_its_limit():
+    """Processes that stay alive count against the cgroup's pids.max: forking stops below TASK_LIMIT."""
+    r = run_python("import os, time\nn = 0\nwhile True:\n    try:\n        pid = os.fork()\n"
+                   "    except OSError as e:\n        print(n, e.errno)\n        break\n"
+                   "    if pid == 0:\n        time.sleep(20)\n        os._exit(0)\n    n += 1\n", timeout=10)
+    assert r.passed, r.error
+    forked, errno_ = map(int, r.stdout.split())
+    assert sandbox.TASK_LIMIT // 2 < forked < sandbox.TASK_LIMIT and errno_ == 11   # EAGAIN
+    assert _no_leftovers()
+
+
 def test_threads_within_the_task_limit_are_fine():
     r = run_python("import threading, time\nts = [threading.Thread(target=time.sleep, args=(0.3,)) for _ in range(40)]\n"
                    "[t.start() for t in ts]\n[t.join() for t in ts]\nprint('ok')\n")

@@ -294,3 +294,21 @@ def test_the_command_line_names_a_bad_argument_in_one_line(args, field):
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
     assert out.stderr.startswith("error: ") and field in out.stderr
+
+
+def test_a_missing_dataset_whose_hub_fallback_fails_names_the_folders_and_the_cause(tmp_path):
+    """Offline (or without the ``datasets`` package) the hub fallback fails: the error is a FileNotFoundError
+    naming where the local copy was looked for and why the hub gave nothing, not the fallback's own traceback."""
+    from vrr.loop.tasks.base import read_jsonl_rows
+
+    def offline():
+        raise ConnectionError("no route to the hub")
+
+    missing = tmp_path / "gsm8k" / "test.jsonl"
+    with pytest.raises(FileNotFoundError) as info:
+        read_jsonl_rows("gsm8k", "test", "VRR_GSM8K_DIR", missing, allow_hub=True, from_hub=offline)
+    assert str(missing) in str(info.value) and "ConnectionError: no route to the hub" in str(info.value)
+    assert isinstance(info.value.__cause__, ConnectionError)
+    with pytest.raises(FileNotFoundError, match="no local gsm8k test.jsonl") as info:
+        read_jsonl_rows("gsm8k", "test", "VRR_GSM8K_DIR", missing, allow_hub=False, from_hub=offline)
+    assert "hub" not in str(info.value)

@@ -1,10 +1,10 @@
 """vrr: reference implementation of "Verify, Repair, Repeat, or Stop?" (VRR-Stop / VRR-Guard).
 
-``import vrr`` is the public API: every name below is importable from the top level and each
-one's docstring cites the part of the paper it implements (``docs/api.md`` lists them). Names
+``import vrr`` is the public API: every name below is importable from the top level, and the docstring
+of each one that implements part of the paper cites it (``docs/api.md`` lists them). Names
 are resolved on first use, so ``import vrr`` stays light and never imports vLLM or matplotlib.
 
-The package is laid out as the paper's flow; each subpackage imports only from those above it
+The package is laid out as the paper's flow; each subpackage imports only from itself and those above it
 (``tests/test_architecture.py`` checks it):
 
 =============  ==========================================================================

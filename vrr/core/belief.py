@@ -79,7 +79,8 @@ def boundary(alpha, beta, tau: float = 0.0):
 
 
 def should_repair(belief, alpha, beta, tau: float = 0.0):
-    """Stopping rule of Sec. 4.1 (Eqs. 6-7): repair iff G_k > tau; never repair when alpha <= tau.
+    """Stopping rule of Sec. 4.1, Eq. 4 with the gain of Eq. 6 (boundary Eq. 7): repair iff G_k > tau; never
+    repair when alpha <= tau.
 
     (When alpha <= tau, G_k <= alpha <= tau for every belief, so the explicit rule and the sign
     rule agree; both are stated for clarity.)
@@ -104,7 +105,8 @@ def per_round(param, n: int, rounds: int, k: int):
 
 
 def filter_beliefs(S, M: int, rho0, rho1, alpha, beta, pi):
-    """Run the update-predict recursion over a whole frozen trajectory (Eqs. 5-6).
+    """Run the update-predict recursion over a whole frozen trajectory: Eq. 5 and the predict step of Sec. 4.1
+    (the b_{k+1}^- of Eq. 6).
 
     ``S`` has shape [N, K+1]; parameters broadcast against [N] (per-instance parameters, as
     under cross-fitting, are arrays of length N). ``alpha`` and ``beta`` may also be [N, K+1]

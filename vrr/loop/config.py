@@ -100,9 +100,9 @@ def run_config(cfg: dict, setting: str | None = None) -> RunConfig:
 
 
 def from_stored(stored: dict[str, Any], source: str = "config.json") -> RunConfig:
-    """A ``RunConfig`` from a saved ``config.json``. Files written before the judge and repairer
-    could differ from the generator lack those fields: the runs used one model for all roles and
-    an LLM judge, which is what is filled in."""
+    """A ``RunConfig`` from a saved ``config.json``. A config without judge, repairer and verifier fields
+    (the single-model windows under ``data/real/``) ran one model in every role with an LLM judge, which is
+    what is filled in."""
     data = dict(stored)
     data.setdefault("judge_model", data.get("model"))
     data.setdefault("repairer_model", data.get("model"))

@@ -20,8 +20,9 @@ Debian package ``bubblewrap``, installed by ``make env``). What a program sees a
   threads together). Per process: ``RLIMIT_CPU`` (the CPU-time limit), ``RLIMIT_FSIZE`` 10 MB per
   file, ``RLIMIT_NOFILE`` 256, no core files. A wall-clock limit for the whole run is enforced here;
   on expiry the cgroup's processes are killed;
-* **environment**: only ``PATH``, ``LANG``, ``HOME=/tmp``, ``PYTHONPATH=/opt/vrr-site``,
-  ``PYTHONDONTWRITEBYTECODE=1`` and ``PYTHONHASHSEED`` (a parameter); stdin is ``/dev/null``;
+* **environment**: only ``PATH``, ``LANG``, ``HOME=/tmp``, ``TMPDIR=/tmp``, ``PWD`` (bubblewrap's, ``/tmp``),
+  ``PYTHONPATH=/opt/vrr-site``, ``PYTHONDONTWRITEBYTECODE=1`` and ``PYTHONHASHSEED`` (a parameter); stdin is
+  ``/dev/null``;
   interpreter flags ``-s -S -B`` (no site-packages but the allowed ones, no bytecode files);
 * **output**: stdout and stderr go to files outside the sandbox (capped by ``RLIMIT_FSIZE``); only the
   last ``OUTPUT_CAP`` bytes of each are read back.

@@ -270,7 +270,7 @@ def save_replay(path: str | os.PathLike, result: ReplayResult) -> Path:
 
 def load_replay(path: str | os.PathLike) -> dict:
     """Inverse of ``save_replay``: {"policies", "validity": {name: [N]}, "rounds_used", "committed",
-    "verifier_calls", ...} ("verifier_calls" is absent from files written before it was saved)."""
+    "verifier_calls", ...}; a key the file does not hold is left out."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: replay file missing (run 04_replay first)")

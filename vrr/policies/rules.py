@@ -103,7 +103,7 @@ def verifier_best(S) -> PolicyOutcome:
 
 
 def stop_commits(g_hat, alpha, tau: float = 0.0):
-    """VRR-Stop's per-round commit test, Eqs. 6-7 (stopping rule of Sec. 4.1): commit p_k when
+    """VRR-Stop's per-round commit test, Eq. 4 with the gain of Eq. 6 (boundary Eq. 7; Sec. 4.1): commit p_k when
     G-hat_k <= tau, and always when alpha <= tau (repair cannot gain). The vectorized policies and the
     online controller (``vrr.policies.online``) both decide with it."""
     out = (np.asarray(g_hat) <= tau) | (np.asarray(alpha) <= tau)

@@ -127,6 +127,17 @@ def read_jsonl_rows(dataset: str, split: str, env_var: str | None, path: str | o
     p = Path(path) if path else local_file(dataset, f"{split}.jsonl", env_var)
     if p is not None and p.exists():
         return [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if allow_hub and from_hub is not None:  # pragma: no cover - needs network
+    missing = f"no local {dataset} {split}.jsonl in {[p] if path else shared_data_dirs(dataset, env_var=env_var)}"
+    if allow_hub and from_hub is not None:
+        return rows_from_hub(missing, from_hub)
+    raise FileNotFoundError(missing)
+
+
+def rows_from_hub(missing: str, from_hub: Callable[[], list[dict]]) -> list[dict]:
+    """The hub fallback of a dataset with no local copy; when it fails (offline, no ``datasets`` package) the
+    error names the folders searched first, then why the hub gave nothing."""
+    try:
         return from_hub()
-    raise FileNotFoundError(f"no local {dataset} {split}.jsonl in {shared_data_dirs(dataset, env_var=env_var)}")
+    except Exception as e:
+        raise FileNotFoundError(f"{missing}, and the Hugging Face hub fallback failed ({type(e).__name__}: {e}); "
+                                "put the dataset there or point the task's VRR_*_DIR variable at it") from e

@@ -43,7 +43,7 @@ from ...common.paths import shared_data_dirs
 from .. import sandbox
 from ..prompts import PromptSet
 from ..testcheck import LABEL_RULE, VOTE_RULE, ExecutionRule, run_tests
-from .base import Problem, Task, local_file
+from .base import Problem, Task, local_file, rows_from_hub
 from .gsm8k import _numeric_spans, _perturb_number, _rng
 from .gsm8k import apply_perturbation as _apply_span_edit
 
@@ -104,12 +104,17 @@ def load_mbpp(split: str = "test", path: str | os.PathLike | None = None, allow_
     lo, hi = SPLIT_TASK_IDS[split]
     if p is not None and p.exists():
         rows = [r for r in json.loads(p.read_text(encoding="utf-8")) if lo <= int(r["task_id"]) <= hi]
-    elif allow_hub:  # pragma: no cover - needs network
-        import datasets  # lazy: only online users need it
-
-        rows = [dict(r) for r in datasets.load_dataset("google-research-datasets/mbpp", "sanitized")[split]]
     else:
-        raise FileNotFoundError(f"no local sanitized-mbpp.json in {shared_data_dirs(DATASET, env_var='VRR_MBPP_DIR')}")
+        def from_hub():
+            import datasets  # lazy: only online users need it
+
+            return [dict(r) for r in datasets.load_dataset("google-research-datasets/mbpp", "sanitized")[split]]
+
+        missing = (f"no local sanitized-mbpp.json in "
+                   f"{[p] if path else shared_data_dirs(DATASET, env_var='VRR_MBPP_DIR')}")
+        if not allow_hub:
+            raise FileNotFoundError(missing)
+        rows = rows_from_hub(missing, from_hub)
     probs = [_problem(split, i, r) for i, r in enumerate(rows)]
     _CACHE[key] = probs
     return probs
