@@ -7,13 +7,13 @@ validated with :func:`vrr.data.load_setting`.
 Runs when ``vllm`` is importable; otherwise it is skipped, unless ``VRR_REQUIRE_ENGINE=1`` in
 which case it FAILS (CI on an engine-equipped machine must not silently skip). Marker: ``engine``
 (deselect with ``-m "not engine"``). An engine start is most of each test's time, so the per-task runs and the
-served-window test share one ``vllm serve`` (``smollm_server``). The module takes 7 min 30 s on a 2-core AVX2
-EPYC in fp32 (``pytest -m engine --durations=20 tests/test_engine_real.py``), plus a one-off ~30 s model
-assembly into ``$VRR_MODEL_CACHE``.
+served-window test share one ``vllm serve`` (``smollm_server``). Its time per machine kind: the README's Runtime
+table (``make test`` row).
 """
 import gzip
 import importlib.util
 import json
+import multiprocessing
 import os
 import re
 import signal
@@ -258,7 +258,12 @@ def test_a_prompt_longer_than_the_context_costs_only_itself():
     engine = VLLMEngine("smollm2-135m", max_model_len=512)
     short = [{"role": "user", "content": "Say hi."}]
     long = [{"role": "user", "content": "word " * 2000}]
-    texts = engine.chat([short, long, short], temperature=0.7, max_tokens=8, n=2)
+    try:
+        texts = engine.chat([short, long, short], temperature=0.7, max_tokens=8, n=2)
+    finally:
+        assert multiprocessing.active_children(), "the engine core runs in a child process"
+        engine.close()   # now, not from vLLM's exit hook after pytest has closed its streams
+        assert multiprocessing.active_children() == []
     assert [len(t) for t in texts] == [2, 2, 2]
     assert texts[1] == ["", ""] and engine.last_info["finish_reasons"][1] == ["prompt_too_long"] * 2
     assert all(texts[0]) and all(texts[2])

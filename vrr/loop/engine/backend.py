@@ -231,6 +231,13 @@ class VLLMEngine:
             scores.append([float(r[-1]) for r in rows])
         return scores
 
+    def close(self) -> None:
+        """Stop the engine's core process now. vLLM otherwise stops it from an exit hook, after a host such as
+        pytest has closed the streams its shutdown logs to."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None:
+            core.shutdown()
+
     def describe(self) -> dict:
         """JSON-serialisable description for run metadata."""
         return {"backend": self.backend, "model": self.model_arg, "model_path": self.model_path,
