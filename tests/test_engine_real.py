@@ -263,6 +263,9 @@ def test_a_prompt_longer_than_the_context_costs_only_itself():
     finally:
         assert multiprocessing.active_children(), "the engine core runs in a child process"
         engine.close()   # now, not from vLLM's exit hook after pytest has closed its streams
+        deadline = time.monotonic() + 30   # vLLM terminates, waits 5 s, then kills without reaping
+        while multiprocessing.active_children() and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert multiprocessing.active_children() == []
     assert [len(t) for t in texts] == [2, 2, 2]
     assert texts[1] == ["", ""] and engine.last_info["finish_reasons"][1] == ["prompt_too_long"] * 2
