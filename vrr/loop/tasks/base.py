@@ -127,15 +127,21 @@ def read_jsonl_rows(dataset: str, split: str, env_var: str | None, path: str | o
     p = Path(path) if path else local_file(dataset, f"{split}.jsonl", env_var)
     if p is not None and p.exists():
         return [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
-    missing = f"no local {dataset} {split}.jsonl in {[p] if path else shared_data_dirs(dataset, env_var=env_var)}"
-    if allow_hub and from_hub is not None:
-        return rows_from_hub(missing, from_hub)
-    raise FileNotFoundError(missing)
+    return rows_from_hub(missing_message(f"{dataset} {split}.jsonl", path, dataset, env_var),
+                         from_hub if allow_hub else None)
 
 
-def rows_from_hub(missing: str, from_hub: Callable[[], list[dict]]) -> list[dict]:
-    """The hub fallback of a dataset with no local copy; when it fails (offline, no ``datasets`` package) the
-    error names the folders searched first, then why the hub gave nothing."""
+def missing_message(filename: str, path: str | os.PathLike | None, dataset: str, env_var: str | None) -> str:
+    """What a loader found nowhere: ``filename`` and the given ``path``, or every folder searched."""
+    return f"no local {filename} in {[Path(path)] if path else shared_data_dirs(dataset, env_var=env_var)}"
+
+
+def rows_from_hub(missing: str, from_hub: Callable[[], list[dict]] | None) -> list[dict]:
+    """The hub fallback of a dataset with no local copy (``None``: no fallback, the error ``missing``); when it
+    fails (offline, no ``datasets`` package) the error names the folders searched first, then why the hub gave
+    nothing."""
+    if from_hub is None:
+        raise FileNotFoundError(missing)
     try:
         return from_hub()
     except Exception as e:

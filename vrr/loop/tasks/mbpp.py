@@ -39,11 +39,10 @@ from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from pathlib import Path
 
-from ...common.paths import shared_data_dirs
 from .. import sandbox
 from ..prompts import PromptSet
 from ..testcheck import LABEL_RULE, VOTE_RULE, ExecutionRule, run_tests
-from .base import Problem, Task, local_file, rows_from_hub
+from .base import Problem, Task, local_file, missing_message, rows_from_hub
 from .gsm8k import _numeric_spans, _perturb_number, _rng
 from .gsm8k import apply_perturbation as _apply_span_edit
 
@@ -110,11 +109,8 @@ def load_mbpp(split: str = "test", path: str | os.PathLike | None = None, allow_
 
             return [dict(r) for r in datasets.load_dataset("google-research-datasets/mbpp", "sanitized")[split]]
 
-        missing = (f"no local sanitized-mbpp.json in "
-                   f"{[p] if path else shared_data_dirs(DATASET, env_var='VRR_MBPP_DIR')}")
-        if not allow_hub:
-            raise FileNotFoundError(missing)
-        rows = rows_from_hub(missing, from_hub)
+        rows = rows_from_hub(missing_message("sanitized-mbpp.json", path, DATASET, "VRR_MBPP_DIR"),
+                             from_hub if allow_hub else None)
     probs = [_problem(split, i, r) for i, r in enumerate(rows)]
     _CACHE[key] = probs
     return probs
