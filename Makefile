@@ -59,6 +59,10 @@ help:
 	@sed -n '2,12p' Makefile
 
 # ------------------------------------------------------------------ environments
+# uv installs the same versions as pip in a quarter of the time (40 s against 176 s for .venv on the 2-core
+# AVX2 EPYC). It reads its own settings (UV_INDEX_URL, uv.toml), not pip's: with a pip-only mirror, run
+# make env PIP_INSTALL='.venv/bin/python -m pip install'.
+PIP_INSTALL ?= $(PY) -m uv pip install --python $(PY)
 env: $(VENV)/.installed sandbox-tool
 $(VENV)/.installed: pyproject.toml
 	@if command -v conda >/dev/null 2>&1 && [ -z "$$VRR_NO_CONDA" ]; then \
@@ -68,8 +72,8 @@ $(VENV)/.installed: pyproject.toml
 	  echo "[env] no conda: creating a virtualenv in $(VENV)"; \
 	  $(PYTHON_BOOT) -m venv $(VENV); \
 	fi
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[notebooks,test,tasks,dspy,inspect]"
+	$(PY) -m pip install -q --upgrade pip uv
+	$(PIP_INSTALL) -q -e ".[notebooks,test,tasks,dspy,inspect]"
 	@touch $@
 
 # Model-written code runs only inside bubblewrap (Debian's 'bubblewrap'; vrr/loop/sandbox.py).
@@ -106,12 +110,14 @@ models: engine-env
 # pytest-xdist: the tests without the engine run on every core (TEST_WORKERS=1: one process)
 TEST_WORKERS ?= auto
 PYTEST_PARALLEL = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
+# the real-engine tests on two workers, each engine on its worker's share of the cores (tests/test_engine_real.py)
+ENGINE_PYTEST_PARALLEL = $(if $(filter-out 1,$(TEST_WORKERS)),-n 2 --dist loadgroup)
 test: env engine-env bfcl-env
 	$(MAKE) models MODELS=smollm2-135m
 	VRR_ENGINE_PYTHON=$(ENGINE_PY) VRR_REQUIRE_ENGINE=1 VRR_REQUIRE_BFCL=1 VRR_REQUIRE_ADAPTERS=1 VRR_BFCL_PYTHON=$(BFCL_VENV)/bin/python \
 	  $(PY) -m pytest -q $(PYTEST_PARALLEL) -m "not engine" tests
 	VRR_REQUIRE_ENGINE=1 VRR_REQUIRE_BFCL=1 VRR_BFCL_PYTHON=$(BFCL_VENV)/bin/python \
-	  $(ENGINE_PY) -m pytest -q -m engine tests/test_engine_real.py
+	  $(ENGINE_PY) -m pytest -q $(ENGINE_PYTEST_PARALLEL) -m engine tests/test_engine_real.py
 
 test-fast: env
 	$(PY) -m pytest -q $(PYTEST_PARALLEL) -m "not engine and not chain and not all_settings" tests

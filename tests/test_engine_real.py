@@ -7,8 +7,9 @@ validated with :func:`vrr.data.load_setting`.
 Runs when ``vllm`` is importable; otherwise it is skipped, unless ``VRR_REQUIRE_ENGINE=1`` in
 which case it FAILS (CI on an engine-equipped machine must not silently skip). Marker: ``engine``
 (deselect with ``-m "not engine"``). An engine start is most of each test's time, so the per-task runs and the
-served-window test share one ``vllm serve`` (``smollm_server``). Its time per machine kind: the README's Runtime
-table (``make test`` row).
+served-window test share one ``vllm serve`` (``smollm_server``, one xdist group). ``make test`` runs these tests
+on two pytest-xdist workers, each worker's engines bound to its own share of the CPUs (``_cpu_share``): much of an
+engine start runs on one core (docs/engine.md has the two-worker and one-process times).
 """
 import gzip
 import importlib.util
@@ -28,6 +29,23 @@ import pytest
 pytestmark = pytest.mark.engine
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cpu_share():
+    """Under pytest-xdist, worker i's engines (in-process, ``vrr generate`` and ``vllm serve`` children, which
+    inherit the variable) bind OpenMP to the i-th share of this process's CPUs, so the two workers' engines do
+    not oversubscribe the same cores. Without xdist, or when the variable is set, the backend's binding stands."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    cpus = sorted(os.sched_getaffinity(0))
+    if worker is None or count < 2 or len(cpus) < count or "VLLM_CPU_OMP_THREADS_BIND" in os.environ:
+        yield
+        return
+    share = cpus[int(worker.removeprefix("gw")) % count::count]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, share)))
+        mp.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+        yield
 
 
 def _require_engine():
@@ -108,20 +126,14 @@ def _independent_labels(task_name, records):
             a = rd["answer"]
             out.append(int(isinstance(a, str) and bool(verify(parse("$" + p.gold + "$"), parse("\\boxed{" + a + "}")))))
         return out
-    if task_name == "mbpp":   # the unit tests, run in a plain subprocess (never in this process)
-        out = []
-        for rd, p in rounds:
-            if rd["answer"] is None:
-                out.append(0)
-                continue
-            prog = "\n".join([*p.answer.imports, rd["answer"], *p.answer.tests, "print('ALL-PASSED')"])
-            try:
-                run = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=5,
-                                     cwd="/tmp", env={"PATH": "/usr/bin:/bin"})
-                out.append(int(run.returncode == 0 and "ALL-PASSED" in run.stdout))
-            except subprocess.TimeoutExpired:
-                out.append(0)
-        return out
+    if task_name == "mbpp":   # the unit tests, model-written code, so in the sandbox (not vrr.label's recorder)
+        from vrr.loop.sandbox import run_many
+
+        programs = {i: "\n".join([*p.answer.imports, rd["answer"], *p.answer.tests, "print('ALL-PASSED')"])
+                    for i, (rd, p) in enumerate(rounds) if rd["answer"] is not None}
+        results = dict(zip(programs, run_many(list(programs.values()), timeout=5)))
+        return [int(i in results and results[i].passed and "ALL-PASSED" in results[i].stdout)
+                for i in range(len(rounds))]
     from vrr.loop.tasks.bfcl import check_calls  # the bfcl-eval AST checker in its venv
 
     return [int(v["valid"]) for v in check_calls([(rd["answer"], p) for rd, p in rounds])]
@@ -138,6 +150,7 @@ def smollm_server(tmp_path_factory):
         yield server
 
 
+@pytest.mark.xdist_group("vllm_serve")
 @pytest.mark.parametrize("task, split", [("math500", "test"), ("mbpp", "test"), ("bfcl_single", "python")])
 def test_real_engine_generate_label_each_task(tmp_path, smollm_server, task, split):
     """SmolLM2 through generate -> label on 2 problems x 1 repair round, against the shared real server; the
@@ -197,6 +210,7 @@ def test_throughput_bench_replays_the_real_work_as_one_batch(tmp_path):
     assert "achieved / workload peak" in proc.stdout
 
 
+@pytest.mark.xdist_group("vllm_serve")
 def test_a_window_through_vllm_serve_survives_a_server_kill_and_resumes(tmp_path, smollm_server):
     """A real ``vllm serve`` (SmolLM2-135M) on 127.0.0.1 behind the openai backend: the run generates and labels
     a window; the server killed mid-run gives one error naming it; after a restart on the same address the
