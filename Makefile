@@ -59,10 +59,10 @@ help:
 	@sed -n '2,12p' Makefile
 
 # ------------------------------------------------------------------ environments
-# uv installs the same versions as pip in a quarter of the time (40 s against 176 s for .venv on the 2-core
-# AVX2 EPYC). It reads its own settings (UV_INDEX_URL, uv.toml), not pip's: with a pip-only mirror, run
-# make env PIP_INSTALL='.venv/bin/python -m pip install'.
-PIP_INSTALL ?= $(PY) -m uv pip install --python $(PY)
+# uv installs the same versions as pip, faster (docs/profile.md). --compile-bytecode as pip does: without .pyc
+# files every test process recompiles what it imports. uv reads its own settings (UV_INDEX_URL, uv.toml), not
+# pip's: with a pip-only mirror, run make env PIP_INSTALL='.venv/bin/python -m pip install'.
+PIP_INSTALL ?= $(PY) -m uv pip install --compile-bytecode --python $(PY)
 env: $(VENV)/.installed sandbox-tool
 $(VENV)/.installed: pyproject.toml
 	@if command -v conda >/dev/null 2>&1 && [ -z "$$VRR_NO_CONDA" ]; then \
