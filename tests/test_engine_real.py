@@ -42,9 +42,11 @@ def _cpu_share():
         yield
         return
     share = cpus[int(worker.removeprefix("gw")) % count::count]
+    from vrr.loop.engine.backend import bind_openmp
+
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, share)))
-        mp.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+        for name, value in bind_openmp({}, share).items():
+            mp.setenv(name, value)
         yield
 
 

@@ -353,6 +353,26 @@ def test_the_machine_kind_and_the_default_cpu_dtype_follow_the_cpu_flags(monkeyp
     assert backend.default_dtype("vllm-cpu") == ("bfloat16" if bf16 else "float32")
 
 
+def test_the_cpu_engine_binds_openmp_to_every_allowed_core_unless_told_otherwise():
+    """vLLM's own CPU binding leaves one core of two for its scheduler; ours takes every allowed core (or a
+    given share), reserves none, keeps a binding already set, and a served engine's environment is a copy."""
+    import os
+
+    from vrr.loop.engine.backend import bind_openmp, cpu_engine_env
+    from vrr.loop.engine.server import cpu_server_env
+
+    allowed = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+    assert cpu_engine_env({}) == {"VLLM_CPU_KVCACHE_SPACE": "4", "VLLM_CPU_OMP_THREADS_BIND": allowed,
+                                  "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    assert bind_openmp({}, [1, 3]) == {"VLLM_CPU_OMP_THREADS_BIND": "1,3", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    told = {"VLLM_CPU_OMP_THREADS_BIND": "0", "VLLM_CPU_KVCACHE_SPACE": "2"}
+    assert cpu_engine_env(dict(told)) == told
+    before = dict(os.environ)
+    served = cpu_server_env({"PATH": "/bin"})
+    assert served["PATH"] == "/bin" and served["VLLM_CPU_OMP_THREADS_BIND"] == allowed
+    assert dict(os.environ) == before
+
+
 def test_a_batch_reports_its_round_and_role():
     """A batch of multi-turn plans runs for many minutes: the progress bar is told each round, role and plan step."""
     from vrr.loop.runner import run_batch, run_probe_batch

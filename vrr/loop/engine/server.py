@@ -50,15 +50,11 @@ def serve_command(model: str, port: int, host: str = "127.0.0.1", max_model_len:
 
 
 def cpu_server_env(base: dict | None = None) -> dict:
-    """The environment of a CPU server: the in-process engine's choices (all allowed cores for OpenMP, none
-    reserved; a KV cache of ``VLLM_CPU_KVCACHE_SPACE`` GiB, 4 unless set), variables already set kept."""
-    env = dict(os.environ if base is None else base)
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if cpus and "VLLM_CPU_OMP_THREADS_BIND" not in env:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cpus))
-        env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-    return env
+    """The environment of a CPU server: a copy of ``base`` (default ``os.environ``) with the in-process
+    engine's choices (:func:`vrr.loop.engine.backend.cpu_engine_env`) where not already set."""
+    from .backend import cpu_engine_env
+
+    return cpu_engine_env(dict(os.environ if base is None else base))
 
 
 class LocalServer:
