@@ -107,7 +107,8 @@ models: engine-env
 	@for m in $(MODELS); do $(ENGINE_PY) -m vrr.loop.engine.models assemble $$m || exit 1; done
 
 # ------------------------------------------------------------------ tests
-# pytest-xdist: the tests without the engine run on every core (TEST_WORKERS=1: one process)
+# pytest-xdist: the tests without the engine run on every core (TEST_WORKERS=1: one process); the slowest
+# tests' times close each log, to see where the minutes of make test go
 TEST_WORKERS ?= auto
 PYTEST_PARALLEL = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 # the real-engine tests on two workers, each engine on its worker's share of the cores (tests/test_engine_real.py)
@@ -115,9 +116,9 @@ ENGINE_PYTEST_PARALLEL = $(if $(filter-out 1,$(TEST_WORKERS)),-n 2 --dist loadgr
 test: env engine-env bfcl-env
 	$(MAKE) models MODELS=smollm2-135m
 	VRR_ENGINE_PYTHON=$(ENGINE_PY) VRR_REQUIRE_ENGINE=1 VRR_REQUIRE_BFCL=1 VRR_REQUIRE_ADAPTERS=1 VRR_BFCL_PYTHON=$(BFCL_VENV)/bin/python \
-	  $(PY) -m pytest -q $(PYTEST_PARALLEL) -m "not engine" tests
+	  $(PY) -m pytest -q --durations=20 $(PYTEST_PARALLEL) -m "not engine" tests
 	VRR_REQUIRE_ENGINE=1 VRR_REQUIRE_BFCL=1 VRR_BFCL_PYTHON=$(BFCL_VENV)/bin/python \
-	  $(ENGINE_PY) -m pytest -q $(ENGINE_PYTEST_PARALLEL) -m engine tests/test_engine_real.py
+	  $(ENGINE_PY) -m pytest -q --durations=0 $(ENGINE_PYTEST_PARALLEL) -m engine tests/test_engine_real.py
 
 test-fast: env
 	$(PY) -m pytest -q $(PYTEST_PARALLEL) -m "not engine and not chain and not all_settings" tests
