@@ -18,8 +18,10 @@ import multiprocessing
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -212,18 +214,84 @@ def test_throughput_bench_replays_the_real_work_as_one_batch(tmp_path):
     assert "achieved / workload peak" in proc.stdout
 
 
+class OutageProxy:
+    """A TCP relay on 127.0.0.1 in front of a server. ``cut()`` closes every relayed connection and the
+    listening socket, so that clients see what a crashed server gives them: the replies in flight end early and
+    new connections are refused. ``restore()`` listens again on the same port. The server behind it never stops:
+    the tests sharing it are not disturbed, and no engine start (most of such a test's time) is repeated."""
+
+    def __init__(self, target_port: int):
+        from vrr.loop.engine.server import free_port
+
+        self.target, self.port = ("127.0.0.1", target_port), free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self._lock, self._sockets, self._listener = threading.Lock(), set(), None
+        self.restore()
+
+    def restore(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", self.port))   # SO_REUSEADDR: the port again
+        self._listener.settimeout(0.1)
+        self._acceptor = threading.Thread(target=self._accept, args=(self._listener,), daemon=True)
+        self._acceptor.start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while listener.fileno() != -1:
+            try:
+                client, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            client.settimeout(None)
+            upstream = socket.create_connection(self.target)
+            with self._lock:
+                self._sockets |= {client, upstream}
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._relay, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _relay(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(1 << 16):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self) -> None:
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)   # stops listening now: a new connection is refused
+        except OSError:
+            pass
+        self._listener.close()
+        self._acceptor.join()
+        with self._lock:
+            sockets, self._sockets = self._sockets, set()
+        for sock in sockets:   # shutdown wakes the relay threads blocked in recv; close frees the descriptors
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+
 @pytest.mark.xdist_group("vllm_serve")
-def test_a_window_through_vllm_serve_survives_a_server_kill_and_resumes(tmp_path, smollm_server):
+def test_a_window_through_vllm_serve_survives_a_server_outage_and_resumes(tmp_path, smollm_server):
     """A real ``vllm serve`` (SmolLM2-135M) on 127.0.0.1 behind the openai backend: the run generates and labels
-    a window; the server killed mid-run gives one error naming it; after a restart on the same address the
-    same command resumes, and every instance is stored once, the ones stored before the kill unchanged.
-    The server is the module's shared one, left running afterwards whatever happens."""
+    a window; the server cut off mid-run (``OutageProxy``: the connections in flight closed, new ones refused)
+    gives one error naming it; once it answers again on the same address the same command resumes, and every
+    instance is stored once, the ones stored before the outage unchanged."""
     from vrr.data import load_setting
 
-    server = smollm_server
+    proxy = OutageProxy(smollm_server.port)
+    url = proxy.url
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-m", "vrr", "generate", "gsm8k_cpu_favorable", "--backend", "openai",
-           "--set", f"engine.base_url={server.url}", "--model", "smollm2-135m", "--verifier", "smollm2-135m",
+           "--set", f"engine.base_url={url}", "--model", "smollm2-135m", "--verifier", "smollm2-135m",
            "--run-name", "served", "--n", "4", "--probe-n", "0", "--batch-size", "1", "--set", "K_max=1",
            "--set", "M=2", "--set", "max_tokens.generate=64", "--set", "max_tokens.repair=64",
            "--set", "engine.max_retries=1", "--set", "engine.timeout=60", "--set", "engine.request_seeds=false",
@@ -236,18 +304,17 @@ def test_a_window_through_vllm_serve_survives_a_server_kill_and_resumes(tmp_path
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.time() < deadline, "no instance was stored within 10 min"
             time.sleep(0.2)
-        server.stop()  # mid-run: the next batch's requests find no server
+        proxy.cut()  # mid-run: the next batch's requests find no server
         _, err = proc.communicate(timeout=300)
         before = [json.loads(line) for line in part.read_text().splitlines()]
         assert proc.returncode == 2, err[-3000:]
-        assert f"error: server {server.url} (model 'smollm2-135m')" in err and "after 1 retries" in err, err[-3000:]
+        assert f"error: server {url} (model 'smollm2-135m')" in err and "after 1 retries" in err, err[-3000:]
         assert 1 <= len(before) < 4 and "Traceback" not in err
-        server.start()
+        proxy.restore()
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
         assert proc.returncode == 0, proc.stderr[-3000:]
     finally:
-        if server.proc is None:
-            server.start()
+        proxy.cut()
     d = tmp_path / "served"
     records = [json.loads(line) for line in gzip.open(d / "trajectories.jsonl.gz", "rt")]
     assert [r["index"] for r in records] == [0, 1, 2, 3]
