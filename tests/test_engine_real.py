@@ -221,15 +221,14 @@ class OutageProxy:
     the tests sharing it are not disturbed, and no engine start (most of such a test's time) is repeated."""
 
     def __init__(self, target_port: int):
-        from vrr.loop.engine.server import free_port
-
-        self.target, self.port = ("127.0.0.1", target_port), free_port()
+        self.target, self.port = ("127.0.0.1", target_port), 0
+        self._lock, self._sockets = threading.Lock(), set()
+        self.restore()   # port 0 the first time: the kernel's free port, kept for every restore
         self.url = f"http://127.0.0.1:{self.port}/v1"
-        self._lock, self._sockets, self._listener = threading.Lock(), set(), None
-        self.restore()
 
     def restore(self) -> None:
         self._listener = socket.create_server(("127.0.0.1", self.port))   # SO_REUSEADDR: the port again
+        self.port = self._listener.getsockname()[1]
         self._listener.settimeout(0.1)
         self._acceptor = threading.Thread(target=self._accept, args=(self._listener,), daemon=True)
         self._acceptor.start()
