@@ -7,9 +7,11 @@ validated with :func:`vrr.data.load_setting`.
 Runs when ``vllm`` is importable; otherwise it is skipped, unless ``VRR_REQUIRE_ENGINE=1`` in
 which case it FAILS (CI on an engine-equipped machine must not silently skip). Marker: ``engine``
 (deselect with ``-m "not engine"``). An engine start is most of each test's time, so the per-task runs and the
-served-window test share one ``vllm serve`` (``smollm_server``, one xdist group). ``make test`` runs these tests
-on two pytest-xdist workers, each worker's engines bound to its own share of the CPUs (``_cpu_share``): much of an
-engine start runs on one core (docs/engine.md has the two-worker and one-process times).
+served-window test share one ``vllm serve`` (``smollm_server``). ``make test`` runs these tests on two pytest-xdist
+workers, each worker's engines bound to its own share of the CPUs (``_cpu_share``): much of an engine start runs on
+one core (docs/engine.md has the two-worker and one-process times). The tests form two xdist groups of about equal
+time, so that neither worker waits on the other: the served tests with one kill test (``SERVED_SHARE``), and the
+other in-process runs (``IN_PROCESS_SHARE``).
 """
 import gzip
 import importlib.util
@@ -31,6 +33,10 @@ import pytest
 pytestmark = pytest.mark.engine
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Two xdist groups balanced by measured time (docs/engine.md); the served tests must share one, for one server.
+SERVED_SHARE = pytest.mark.xdist_group("served_share")
+IN_PROCESS_SHARE = pytest.mark.xdist_group("in_process_share")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -60,6 +66,7 @@ def _require_engine():
         pytest.skip("vllm not importable (set VRR_REQUIRE_ENGINE=1 to make this a failure)")
 
 
+@IN_PROCESS_SHARE
 def test_real_engine_generate_label_smollm2(tmp_path):
     _require_engine()
     from vrr.data import load_setting
@@ -89,7 +96,8 @@ def test_real_engine_generate_label_smollm2(tmp_path):
     assert machine["dtype"] == meta["engine"]["engine_config"]["dtype"] and machine["cpu_kind"] != "other"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGKILL, marks=IN_PROCESS_SHARE),
+                                 pytest.param(signal.SIGTERM, marks=SERVED_SHARE)])
 def test_killing_a_real_run_leaves_no_engine_process(tmp_path, sig):
     """vLLM's EngineCore and workers used to outlive a killed run (~6 GB each time); the supervisor
     of ``python -m vrr generate`` and the worker's watchdog reap the whole process group."""
@@ -154,7 +162,7 @@ def smollm_server(tmp_path_factory):
         yield server
 
 
-@pytest.mark.xdist_group("vllm_serve")
+@SERVED_SHARE
 @pytest.mark.parametrize("task, split", [("math500", "test"), ("mbpp", "test"), ("bfcl_single", "python")])
 def test_real_engine_generate_label_each_task(tmp_path, smollm_server, task, split):
     """SmolLM2 through generate -> label on 2 problems x 1 repair round, against the shared real server; the
@@ -185,6 +193,7 @@ def test_real_engine_generate_label_each_task(tmp_path, smollm_server, task, spl
         assert all(re.match(r"assert(\s|$)", v) or v.startswith("[problem text elided]") for v in votes), votes
 
 
+@IN_PROCESS_SHARE
 def test_throughput_bench_replays_the_real_work_as_one_batch(tmp_path):
     """``bench_engine.py --throughput``: the workload peak must submit the same requests (count and prompt
     tokens) the real loop did, and the decode-only peak exactly requests x tokens (EOS ignored)."""
@@ -278,7 +287,7 @@ class OutageProxy:
             sock.close()
 
 
-@pytest.mark.xdist_group("vllm_serve")
+@SERVED_SHARE
 def test_a_window_through_vllm_serve_survives_a_server_outage_and_resumes(tmp_path, smollm_server):
     """A real ``vllm serve`` (SmolLM2-135M) on 127.0.0.1 behind the openai backend: the run generates and labels
     a window; the server cut off mid-run (``OutageProxy``: the connections in flight closed, new ones refused)
@@ -330,6 +339,7 @@ def test_a_window_through_vllm_serve_survives_a_server_outage_and_resumes(tmp_pa
     assert all(usage[r]["prompt_tokens"] > 0 and usage[r]["completion_tokens"] > 0 for r in ("generator", "judge"))
 
 
+@IN_PROCESS_SHARE
 def test_a_prompt_longer_than_the_context_costs_only_itself():
     """vLLM refuses a whole ``chat`` call when one prompt exceeds the context; the engine answers the others
     and gives the long one no reply with finish reason ``prompt_too_long``, so one over-long repair or judge
