@@ -94,11 +94,17 @@ def chain_results(tmp_path_factory) -> Path:
 def pytest_collection_modifyitems(items):
     """A test that uses the chain fixture is a chain test, whatever its module says (before -m selects).
     Under pytest-xdist (``-n``, ``--dist loadgroup``) the chain tests share one worker, so the chain is
-    built once per run."""
+    built once per run. An engine test must name its xdist group (tests/test_engine_real.py's two shares, balanced
+    by measured time): one left to dynamic scheduling unbalances the two workers."""
     for item in items:
         if "chain_results" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.chain)
             item.add_marker(pytest.mark.xdist_group("chain"))
+    ungrouped = [item.nodeid for item in items
+                 if item.get_closest_marker("engine") and not item.get_closest_marker("xdist_group")]
+    if ungrouped:
+        raise pytest.UsageError("engine tests without an xdist_group mark (give each one of tests/test_engine_real.py's "
+                                "SERVED_SHARE / IN_PROCESS_SHARE): " + ", ".join(ungrouped))
 
 
 def pytest_configure(config):

@@ -11,7 +11,8 @@ served-window test share one ``vllm serve`` (``smollm_server``). ``make test`` r
 workers, each worker's engines bound to its own share of the CPUs (``_cpu_share``): much of an engine start runs on
 one core (docs/engine.md has the two-worker and one-process times). The tests form two xdist groups of about equal
 time, so that neither worker waits on the other: the served tests with one kill test (``SERVED_SHARE``), and the
-other in-process runs (``IN_PROCESS_SHARE``).
+other in-process runs (``IN_PROCESS_SHARE``). A new engine test takes one of the two marks: collection
+fails without it (tests/conftest.py).
 """
 import gzip
 import importlib.util
