@@ -22,6 +22,7 @@ Run it with the CPU engine's interpreter (docs/engine.md, docs/adapters.md)::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -81,30 +82,31 @@ def build_controller(args, cfg):
     return ctl, f"calibration {path.relative_to(REPO) if path.is_relative_to(REPO) else path}"
 
 
-def ask_votes(verifier, engine, task, problem, plan: str, n: int) -> tuple[list[str], list[int]]:
+def ask_votes(verifier, judge, task, problem, plan: str, n: int) -> tuple[list[str], list[int]]:
     """n judge votes on one plan, from one ``n``-sample request (the votes share one prefill)."""
-    outputs, votes = verifier.votes(engine, task, [problem], [plan], n)
+    outputs, votes = verifier.votes(judge, task, [problem], [plan], n)
     return outputs[0], votes[0]
 
 
-def run_problem(ctl, engine, task, verifier, cfg, problem, log) -> dict:
-    """One problem through the loop (Algorithm 1): generate, vote, repair or commit."""
+def run_problem(ctl, engines, task, verifier, cfg, problem, log) -> dict:
+    """One problem through the loop (Algorithm 1): generate, vote, repair or commit. ``engines`` maps each
+    role (generator, judge, repairer) to the engine of the setting's model for it."""
     from vrr.loop.runner import repair_feedback
 
     ctl.start()
     ref = f"{problem.dataset} {problem.split} #{problem.index}"
-    plan = engine.chat([task.prompts.generator_messages(problem.question)], temperature=cfg.gen_temperature,
+    plan = engines["generator"].chat([task.prompts.generator_messages(problem.question)], temperature=cfg.gen_temperature,
                        max_tokens=cfg.gen_max_tokens, n=1)[0][0]
     plans, rounds = [plan], []
     while True:
         k = ctl.round
         outputs: list[str] = []
         if ctl.config["sequential"] == "off":
-            outputs, votes = ask_votes(verifier, engine, task, problem, plan, ctl.M)
+            outputs, votes = ask_votes(verifier, engines["judge"], task, problem, plan, ctl.M)
             decision = ctl.observe(votes)
         else:
             while ctl.need_vote():  # one vote per request: the calls the controller saves are never made
-                out, vote = ask_votes(verifier, engine, task, problem, plan, 1)
+                out, vote = ask_votes(verifier, engines["judge"], task, problem, plan, 1)
                 outputs += out
                 ctl.add_vote(vote[0])
             decision = ctl.decide()
@@ -119,7 +121,7 @@ def run_problem(ctl, engine, task, verifier, cfg, problem, log) -> dict:
             break
         feedback = repair_feedback(task, verifier, outputs, plan, problem)
         conv = task.prompts.repair_messages(problem.question, task.clip_plan(plan), feedback, cfg.repair_style)
-        plan = engine.chat([conv], temperature=cfg.repair_temperature, max_tokens=cfg.repair_max_tokens, n=1)[0][0]
+        plan = engines["repairer"].chat([conv], temperature=cfg.repair_temperature, max_tokens=cfg.repair_max_tokens, n=1)[0][0]
         plans.append(plan)
     chosen = decision.candidate
     answer = task.extract_answer(plans[chosen])
@@ -150,13 +152,16 @@ def main(argv=None) -> int:
         raise SystemExit("--problems must be >= 1")
 
     from vrr.loop.config import run_config
-    from vrr.loop.engine import make_engine
+    from vrr.loop.runner import make_engines, role_models
     from vrr.loop.tasks import get_task
     from vrr.loop.verifiers import make_verifier
     from vrr.settings import load_config
 
     overrides = {f"models.{role}": args.model for role in ("generator", "judge", "repairer")} if args.model else None
-    cfg = run_config(load_config(args.setting, overrides=overrides))
+    setting = load_config(args.setting, overrides=overrides)
+    cfg = run_config(setting)
+    if args.backend != "auto":
+        cfg = dataclasses.replace(cfg, backend=args.backend)
     if cfg.dataset != "gsm8k":
         raise SystemExit(f"--setting {args.setting}: task {cfg.dataset!r}; this example runs GSM8K")
     ctl, source = build_controller(args, cfg)
@@ -170,19 +175,26 @@ def main(argv=None) -> int:
           + (f" J-hat={c['j_hat']:.3f} (J_min {c['j_min']:g})" if c["j_hat"] is not None else "")
           + f"; sequential={c['sequential']}", flush=True)
     t0 = time.time()
-    engine = make_engine(cfg.model, backend=args.backend, seed=cfg.seed, max_model_len=cfg.max_model_len, task=task)
-    desc = engine.describe()
+    # one engine per distinct model of the three roles, as `vrr generate` builds them
+    engines = make_engines(cfg, task, options=setting["engine"])
+    desc = engines["generator"].describe()
     dtype = (desc.get("engine_config") or {}).get("dtype", "-")
-    print(f"engine: {desc['backend']} model={cfg.model} dtype={dtype} (loaded in {time.time() - t0:.0f} s); "
+    models = role_models(cfg)
+    roles = (f"model={cfg.model}" if len(set(models.values())) == 1
+             else " ".join(f"{role}={model}" for role, model in models.items()))
+    print(f"engine: {desc['backend']} {roles} dtype={dtype} (loaded in {time.time() - t0:.0f} s); "
           f"judge {cfg.verifier}/{cfg.judge_style}, repair {cfg.repair_style}", flush=True)
-    results = [run_problem(ctl, engine, task, verifier, cfg, p, lambda line: print(line, flush=True))
+    results = [run_problem(ctl, engines, task, verifier, cfg, p, lambda line: print(line, flush=True))
                for p in problems]
     n_valid = sum(r["valid"] for r in results)
     print(f"committed valid: {n_valid}/{len(results)}; verifier calls {sum(r['verifier_calls'] for r in results)}, "
           f"repairs {sum(r['repair_calls'] for r in results)}; {time.time() - t0:.0f} s", flush=True)
     if args.json:
+        # per role: the model its engine runs and the requests it served
+        by_role = {role: {"model": e.base.describe().get("model"), "calls": e.stats["calls"]}
+                   for role, e in engines.items()}
         Path(args.json).write_text(json.dumps({"controller": c, "engine": {"backend": desc["backend"], "model": cfg.model,
-                                                                           "dtype": dtype},
+                                                                           "roles": by_role, "dtype": dtype},
                                                "results": results}, indent=1, default=str))
     return 0
 

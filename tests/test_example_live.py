@@ -100,3 +100,19 @@ def test_the_fake_engine_line_of_the_adapters_page_runs_as_written(tmp_path):
     assert len(lines) == 1, lines
     stdout, data = run_example(tmp_path, *lines[0].split()[2:])  # the page's --backend fake repeats run_example's
     assert "gsm8k test #1" in stdout and "committed valid:" in stdout
+
+
+def test_each_role_runs_on_its_settings_model(tmp_path):
+    """A setting with a 1.5B generator and repairer and a 0.5B judge (the GSM8K program votes) gets one engine per
+    model: the judge's votes go to the judge's model, the plans and repairs to the generator's."""
+    params = ",".join(f"{k}={v}" for k, v in PARAMS.items())
+    stdout, data = run_example(tmp_path, "--setting", "gsm8k_cpu_program_favorable", "--problems", "2",
+                               "--params", params, "--k-max", "3")
+    roles = data["engine"]["roles"]
+    assert {r: v["model"] for r, v in roles.items()} == {
+        "generator": "qwen2.5-coder-1.5b", "judge": "qwen2.5-coder-0.5b", "repairer": "qwen2.5-coder-1.5b"}
+    results = data["results"]
+    assert roles["generator"]["calls"] == len(results)
+    assert roles["judge"]["calls"] == sum(len(r["rounds"]) for r in results)    # one n=M request per round
+    assert roles["repairer"]["calls"] == sum(r["repair_calls"] for r in results) > 0
+    assert "judge=qwen2.5-coder-0.5b" in stdout
