@@ -91,13 +91,14 @@ def ask_votes(verifier, judge, task, problem, plan: str, n: int) -> tuple[list[s
 def run_problem(ctl, engines, task, verifier, cfg, problem, log) -> dict:
     """One problem through the loop (Algorithm 1): generate, vote, repair or commit. ``engines`` maps each
     role (generator, judge, repairer) to the engine of the setting's model for it."""
-    from vrr.loop.runner import repair_feedback
+    from vrr.loop.runner import perturbation_spec, repair_feedback, repair_question
 
     ctl.start()
     ref = f"{problem.dataset} {problem.split} #{problem.index}"
+    spec = perturbation_spec(task, cfg, problem)  # PM stress: the repairer's copy of the problem is edited
     plan = engines["generator"].chat([task.prompts.generator_messages(problem.question)], temperature=cfg.gen_temperature,
                        max_tokens=cfg.gen_max_tokens, n=1)[0][0]
-    plans, rounds = [plan], []
+    plans, rounds, perturbed = [plan], [], False
     while True:
         k = ctl.round
         outputs: list[str] = []
@@ -112,16 +113,22 @@ def run_problem(ctl, engines, task, verifier, cfg, problem, log) -> dict:
             decision = ctl.decide()
         valid = bool(task.is_valid(task.extract_answer(plan), problem))
         row = {k: (None if isinstance(v, float) and v != v else v) for k, v in decision.as_dict().items()}  # NaN B_k
-        rounds.append({**row, "answer": task.extract_answer(plan), "valid": valid})
+        rounds.append({**row, "answer": task.extract_answer(plan), "valid": valid, "perturbed": perturbed})
         radius = "  -  " if decision.radius != decision.radius else f"{decision.radius:.3f}"
         log(f"{ref}  round {k}  S={decision.accepts}/{decision.votes}  b={decision.belief:.3f}  "
             f"G={decision.gain:+.3f}  B={radius}  mode={decision.mode:<5}  -> {decision.action:<6}  "
-            f"(answer {task.extract_answer(plan)}, oracle valid={int(valid)}; {decision.reason})")
+            f"(answer {task.extract_answer(plan)}{', from a perturbed copy' if perturbed else ''}, "
+            f"oracle valid={int(valid)}; {decision.reason})")
         if decision.committed:
             break
-        feedback = repair_feedback(task, verifier, outputs, plan, problem)
-        conv = task.prompts.repair_messages(problem.question, task.clip_plan(plan), feedback, cfg.repair_style)
-        plan = engines["repairer"].chat([conv], temperature=cfg.repair_temperature, max_tokens=cfg.repair_max_tokens, n=1)[0][0]
+        question = repair_question(task, cfg, problem, spec, k + 1)
+        perturbed = question != problem.question
+        if cfg.repair_mode == "resample":  # the independent-resampling control: a fresh sample of the generator
+            conv, role = task.prompts.generator_messages(question), "generator"
+        else:
+            feedback = repair_feedback(task, verifier, outputs, plan, problem)
+            conv, role = task.prompts.repair_messages(question, task.clip_plan(plan), feedback, cfg.repair_style), "repairer"
+        plan = engines[role].chat([conv], temperature=cfg.repair_temperature, max_tokens=cfg.repair_max_tokens, n=1)[0][0]
         plans.append(plan)
     chosen = decision.candidate
     answer = task.extract_answer(plans[chosen])

@@ -116,3 +116,16 @@ def test_each_role_runs_on_its_settings_model(tmp_path):
     assert roles["judge"]["calls"] == sum(len(r["rounds"]) for r in results)    # one n=M request per round
     assert roles["repairer"]["calls"] == sum(r["repair_calls"] for r in results) > 0
     assert "judge=qwen2.5-coder-0.5b" in stdout
+
+
+def test_a_stress_setting_repairs_from_the_perturbed_copy(tmp_path):
+    """Under PM stress the example's repairer sees the setting's perturbed copy of the problem, as in `vrr generate`
+    (runner.repair_question); the favorable setting's never does."""
+    params = ",".join(f"{k}={v}" for k, v in PARAMS.items())
+    for setting, stressed in (("gsm8k_cpu_program_pmstress", True), ("gsm8k_cpu_program_favorable", False)):
+        stdout, data = run_example(tmp_path, "--setting", setting, "--problems", "2", "--params", params,
+                                   "--k-max", "2")
+        for r in data["results"]:
+            assert [rd["perturbed"] for rd in r["rounds"]] == [False] + [stressed] * (len(r["rounds"]) - 1)
+            assert len(r["rounds"]) > 1
+        assert ("from a perturbed copy" in stdout) == stressed

@@ -91,6 +91,18 @@ def repair_feedback(task: Task, verifier, outputs: Sequence[str], plan: str, pro
     return text
 
 
+def perturbation_spec(task: Task, cfg: RunConfig, problem: Problem) -> dict | None:
+    """The problem's prompt-mismatch edit under the setting's ``perturbation`` (deterministic per seed and
+    problem), or None when the setting perturbs nothing."""
+    return task.make_perturbation(problem, cfg.seed, cfg.perturb) if cfg.perturb != "none" else None
+
+
+def repair_question(task: Task, cfg: RunConfig, problem: Problem, spec: dict | None, k: int) -> str:
+    """The problem text the repairer (or, in resample mode, the generator) sees for round ``k``: the
+    perturbed copy on the rounds the setting perturbs, else the problem's own."""
+    return task.apply_perturbation(problem.question, spec) if cfg.perturbed_round(k) else problem.question
+
+
 def chat_plans(engine, task: Task, problems: Sequence[Problem], questions: Sequence[str] | None = None,
                temperature: float = 0.7, max_tokens: int = 512, n: int = 1, tokens=None, stage=None
                ) -> tuple[list[list[str]], list[list]]:
@@ -182,7 +194,7 @@ def run_batch(engine, cfg: RunConfig, problems: Sequence[Problem], batch_id: int
     verifier = make_verifier(cfg.verifier, cfg.judge_style, cfg.judge_tokens(), cfg.judge_temperature)
     t0 = time.time()
     B = len(problems)
-    specs = [task.make_perturbation(p, cfg.seed, cfg.perturb) if cfg.perturb != "none" else None for p in problems]
+    specs = [perturbation_spec(task, cfg, p) for p in problems]
     rounds: list[list[dict]] = [[] for _ in range(B)]
     tokens = _Tokens()
     gen, rep = engines["generator"], engines["repairer"]
@@ -202,8 +214,7 @@ def run_batch(engine, cfg: RunConfig, problems: Sequence[Problem], batch_id: int
         if k == cfg.K_max:
             break
         pert = cfg.perturbed_round(k + 1)
-        questions = [task.apply_perturbation(p.question, specs[i]) if pert else p.question
-                     for i, p in enumerate(problems)]
+        questions = [repair_question(task, cfg, p, specs[i], k + 1) for i, p in enumerate(problems)]
         if cfg.repair_mode == "resample":  # a fresh sample comes from the generator
             rout, rfin = chat_plans(gen, task, problems, questions, temperature=cfg.repair_temperature,
                                     max_tokens=cfg.repair_max_tokens, tokens=tokens,
