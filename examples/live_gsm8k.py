@@ -7,9 +7,9 @@ from the votes' feedback, on commit the loop returns the controller's candidate.
 S_k/M, b_k, G-hat_k, B_k, the mode and the action; the committed plan is checked by the official GSM8K
 rule (exact match on the final number). Problems are named by dataset, split and index only.
 
-The protocol (models, judge style, temperatures, token budgets, M, K_max) comes from a setting
-(default ``gsm8k_cpu_favorable``), and the engine, task, verifier and prompts are the repository's own
-(``vrr.loop``). The controller comes from a saved calibration (default: the setting's
+The protocol (each role's model, judge, temperatures, token budgets, M, K_max, the repairer's perturbation
+and the repair mode) comes from a setting (default ``gsm8k_cpu_favorable``), and the engines (one per
+distinct model), task, verifier and prompts are the repository's own (``vrr.loop``). The controller comes from a saved calibration (default: the setting's
 ``results/<setting>/calibration.json``) or from ``--params``.
 
 Run it with the CPU engine's interpreter (docs/engine.md, docs/adapters.md)::
