@@ -9,8 +9,8 @@ rule (exact match on the final number). Problems are named by dataset, split and
 
 The protocol (each role's model, judge, temperatures, token budgets, M, K_max, the repairer's perturbation
 and the repair mode) comes from a setting (default ``gsm8k_cpu_favorable``), and the engines (one per
-distinct model), task, verifier and prompts are the repository's own (``vrr.loop``). The controller comes from a saved calibration (default: the setting's
-``results/<setting>/calibration.json``) or from ``--params``.
+distinct model), task, verifier and prompts are the repository's own (``vrr.loop``). The controller comes
+from a saved calibration (default: the setting's ``results/<setting>/calibration.json``) or from ``--params``.
 
 Run it with the CPU engine's interpreter (docs/engine.md, docs/adapters.md)::
 
@@ -96,8 +96,8 @@ def run_problem(ctl, engines, task, verifier, cfg, problem, log) -> dict:
     ctl.start()
     ref = f"{problem.dataset} {problem.split} #{problem.index}"
     spec = perturbation_spec(task, cfg, problem)  # PM stress: the repairer's copy of the problem is edited
-    plan = engines["generator"].chat([task.prompts.generator_messages(problem.question)], temperature=cfg.gen_temperature,
-                       max_tokens=cfg.gen_max_tokens, n=1)[0][0]
+    plan = engines["generator"].chat([task.prompts.generator_messages(problem.question)],
+                                     temperature=cfg.gen_temperature, max_tokens=cfg.gen_max_tokens, n=1)[0][0]
     plans, rounds, perturbed = [plan], [], False
     while True:
         k = ctl.round
@@ -127,8 +127,10 @@ def run_problem(ctl, engines, task, verifier, cfg, problem, log) -> dict:
             conv, role = task.prompts.generator_messages(question), "generator"
         else:
             feedback = repair_feedback(task, verifier, outputs, plan, problem)
-            conv, role = task.prompts.repair_messages(question, task.clip_plan(plan), feedback, cfg.repair_style), "repairer"
-        plan = engines[role].chat([conv], temperature=cfg.repair_temperature, max_tokens=cfg.repair_max_tokens, n=1)[0][0]
+            conv = task.prompts.repair_messages(question, task.clip_plan(plan), feedback, cfg.repair_style)
+            role = "repairer"
+        plan = engines[role].chat([conv], temperature=cfg.repair_temperature, max_tokens=cfg.repair_max_tokens,
+                                  n=1)[0][0]
         plans.append(plan)
     chosen = decision.candidate
     answer = task.extract_answer(plans[chosen])
@@ -145,7 +147,7 @@ def main(argv=None) -> int:
     ap.add_argument("--problems", type=int, default=3, help="how many problems (default 3)")
     ap.add_argument("--split", default="test")
     ap.add_argument("--start", type=int, default=0, help="index of the first problem")
-    ap.add_argument("--backend", default="auto", help="auto | vllm-cpu | vllm | fake")
+    ap.add_argument("--backend", default="auto", help="auto (the setting's) | vllm-cpu | vllm | openai | fake")
     ap.add_argument("--model", default=None, help="one model for every role (default: the setting's)")
     ap.add_argument("--calibration", default=None, help="calibration.json (default results/<setting>/)")
     ap.add_argument("--params", default=None, help="rho0=..,rho1=..,alpha=..,beta=..,pi=.. instead of a calibration")
@@ -197,7 +199,7 @@ def main(argv=None) -> int:
     print(f"committed valid: {n_valid}/{len(results)}; verifier calls {sum(r['verifier_calls'] for r in results)}, "
           f"repairs {sum(r['repair_calls'] for r in results)}; {time.time() - t0:.0f} s", flush=True)
     if args.json:
-        # per role: the model its engine runs and the requests it served
+        # per role: the model its engine runs and the engine calls the role made
         by_role = {role: {"model": e.base.describe().get("model"), "calls": e.stats["calls"]}
                    for role, e in engines.items()}
         Path(args.json).write_text(json.dumps({"controller": c, "engine": {"backend": desc["backend"], "model": cfg.model,

@@ -143,8 +143,8 @@ def test_the_readme_window_reading_is_what_status_prints(setting):
     `python -m vrr status <setting>` on the committed run."""
     readme, st = readme_and_committed_status(setting)
     m = re.search("`" + re.escape(setting) + r"` \(.*?\$\\hat J\$ is ([\d.]+) \(\$\\hat\\rho_0\$=([\d.]+), "
-                  r"\$\\hat\\rho_1\$=([\d.]+)\), the first repair fixes (\d+) of (\d+) invalid plans and breaks (\d+) of "
-                  r"(\d+) valid ones.*?validity by round is ((?:\.\d\d ?)+) \(([a-z ]+)\)", readme)
+                  r"\$\\hat\\rho_1\$=([\d.]+)\), the first repair fixes (\d+) of (\d+) invalid plans and breaks "
+                  r"(\d+) of (\d+) valid ones.*?validity by round is ((?:\.\d\d ?)+) \(([a-z ]+)\)", readme)
     assert m, f"README: the reading of {setting} is not where this test expects it"
     lab, first = st["labels"], st["labels"]["first_repair"]
     assert [m[1], m[2], m[3]] == [printed(lab["J"], m[1]), printed(lab["rho0"], m[2]), printed(lab["rho1"], m[3])]
