@@ -91,13 +91,13 @@ def ask_votes(verifier, judge, task, problem, plan: str, n: int) -> tuple[list[s
 def run_problem(ctl, engines, task, verifier, cfg, problem, log) -> dict:
     """One problem through the loop (Algorithm 1): generate, vote, repair or commit. ``engines`` maps each
     role (generator, judge, repairer) to the engine of the setting's model for it."""
-    from vrr.loop.runner import perturbation_spec, repair_feedback, repair_question
+    from vrr.loop.runner import chat_plans, perturbation_spec, perturbs, repair_conversation, repair_question
 
     ctl.start()
     ref = f"{problem.dataset} {problem.split} #{problem.index}"
     spec = perturbation_spec(task, cfg, problem)  # PM stress: the repairer's copy of the problem is edited
-    plan = engines["generator"].chat([task.prompts.generator_messages(problem.question)],
-                                     temperature=cfg.gen_temperature, max_tokens=cfg.gen_max_tokens, n=1)[0][0]
+    plan = chat_plans(engines["generator"], task, [problem], temperature=cfg.gen_temperature,
+                      max_tokens=cfg.gen_max_tokens)[0][0][0]
     plans, rounds, perturbed = [plan], [], False
     while True:
         k = ctl.round
@@ -122,15 +122,14 @@ def run_problem(ctl, engines, task, verifier, cfg, problem, log) -> dict:
         if decision.committed:
             break
         question = repair_question(task, cfg, problem, spec, k + 1)
-        perturbed = question != problem.question
+        perturbed = perturbs(cfg, spec, k + 1)
         if cfg.repair_mode == "resample":  # the independent-resampling control: a fresh sample of the generator
-            conv, role = task.prompts.generator_messages(question), "generator"
+            plan = chat_plans(engines["generator"], task, [problem], [question], temperature=cfg.repair_temperature,
+                              max_tokens=cfg.repair_max_tokens)[0][0][0]
         else:
-            feedback = repair_feedback(task, verifier, outputs, plan, problem)
-            conv = task.prompts.repair_messages(question, task.clip_plan(plan), feedback, cfg.repair_style)
-            role = "repairer"
-        plan = engines[role].chat([conv], temperature=cfg.repair_temperature, max_tokens=cfg.repair_max_tokens,
-                                  n=1)[0][0]
+            conv = repair_conversation(task, cfg, verifier, outputs, plan, problem, question)
+            plan = engines["repairer"].chat([conv], temperature=cfg.repair_temperature,
+                                            max_tokens=cfg.repair_max_tokens, n=1)[0][0]
         plans.append(plan)
     chosen = decision.candidate
     answer = task.extract_answer(plans[chosen])

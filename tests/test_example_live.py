@@ -129,3 +129,15 @@ def test_a_stress_setting_repairs_from_the_perturbed_copy(tmp_path):
             assert [rd["perturbed"] for rd in r["rounds"]] == [False] + [stressed] * (len(r["rounds"]) - 1)
             assert len(r["rounds"]) > 1
         assert ("from a perturbed copy" in stdout) == stressed
+
+
+def test_resample_mode_draws_each_round_from_the_generator(tmp_path):
+    """The independent-resampling control (repair mode "resample"): every later round is a fresh generator sample,
+    so the repairer is never called."""
+    params = ",".join(f"{k}={v}" for k, v in PARAMS.items())
+    _, data = run_example(tmp_path, "--setting", "gsm8k_cpu_nonstationary_resample", "--problems", "2",
+                          "--params", params, "--k-max", "3")
+    roles, results = data["engine"]["roles"], data["results"]
+    repairs = sum(r["repair_calls"] for r in results)
+    assert repairs > 0 and roles["repairer"]["calls"] == 0
+    assert roles["generator"]["calls"] == len(results) + repairs

@@ -103,6 +103,20 @@ def repair_question(task: Task, cfg: RunConfig, problem: Problem, spec: dict | N
     return task.apply_perturbation(problem.question, spec) if cfg.perturbed_round(k) else problem.question
 
 
+def perturbs(cfg: RunConfig, spec: dict | None, k: int) -> bool:
+    """Whether round ``k``'s plan is written from an edited copy of the problem: a round the setting perturbs
+    and an edit that changes something (``spec["kind"]`` not "none")."""
+    return bool(cfg.perturbed_round(k) and spec and spec["kind"] != "none")
+
+
+def repair_conversation(task: Task, cfg: RunConfig, verifier, judge_outputs: Sequence[str], plan: str,
+                        problem: Problem, question: str) -> list:
+    """The repairer's conversation for one plan: the ``cfg.repair_style`` prompt on ``question`` (the problem's
+    own text or its perturbed copy, :func:`repair_question`), the clipped plan and :func:`repair_feedback`."""
+    return task.prompts.repair_messages(question, task.clip_plan(plan),
+                                        repair_feedback(task, verifier, judge_outputs, plan, problem), cfg.repair_style)
+
+
 def chat_plans(engine, task: Task, problems: Sequence[Problem], questions: Sequence[str] | None = None,
                temperature: float = 0.7, max_tokens: int = 512, n: int = 1, tokens=None, stage=None
                ) -> tuple[list[list[str]], list[list]]:
@@ -213,7 +227,6 @@ def run_batch(engine, cfg: RunConfig, problems: Sequence[Problem], batch_id: int
             rounds[i][k]["votes"] = votes[i]
         if k == cfg.K_max:
             break
-        pert = cfg.perturbed_round(k + 1)
         questions = [repair_question(task, cfg, p, specs[i], k + 1) for i, p in enumerate(problems)]
         if cfg.repair_mode == "resample":  # a fresh sample comes from the generator
             rout, rfin = chat_plans(gen, task, problems, questions, temperature=cfg.repair_temperature,
@@ -221,16 +234,14 @@ def run_batch(engine, cfg: RunConfig, problems: Sequence[Problem], batch_id: int
                                     stage=at(f"round {k + 1} resample"))
         else:
             stage(f"round {k + 1} repair")
-            convs = [task.prompts.repair_messages(q, task.clip_plan(rounds[i][k]["plan"]),
-                                                  repair_feedback(task, verifier, jout[i], rounds[i][k]["plan"], p),
-                                                  cfg.repair_style)
+            convs = [repair_conversation(task, cfg, verifier, jout[i], rounds[i][k]["plan"], p, q)
                      for i, (p, q) in enumerate(zip(problems, questions))]
             rout = rep.chat(convs, temperature=cfg.repair_temperature, max_tokens=cfg.repair_max_tokens, n=1)
             rfin = [[_finish(rep, i)] for i in range(B)]
             tokens.add(rep)
         for i in range(B):
-            perturbed = bool(pert and specs[i] and specs[i]["kind"] != "none")
-            rounds[i].append({"k": k + 1, "source": cfg.repair_mode, "perturbed": perturbed, "plan": rout[i][0],
+            rounds[i].append({"k": k + 1, "source": cfg.repair_mode, "perturbed": perturbs(cfg, specs[i], k + 1),
+                              "plan": rout[i][0],
                               "finish": rfin[i][0]})
     dt = time.time() - t0
     return [{**p.ref, "setting": cfg.setting, "perturbation": specs[i], "rounds": rounds[i],
