@@ -14,11 +14,17 @@ A task supplies:
 * ``synthetic_plan(problem, correct)``: a plan in the task's answer format, for the fake engine
   backend that lets generate -> label run without vLLM.
 
+Every function that parses model-written text is wrapped in :func:`reads_model_text`: whatever the text
+(deep nesting, huge literals, a megabyte of spaces), extraction returns "no answer" (an invalid plan)
+with the reason logged, never an exception.
+
 ``vrr.loop.tasks.get_task(name)`` returns the task plug-in of a setting's ``task`` field.
 """
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +33,34 @@ from typing import Any, Callable
 from ...common.paths import shared_data_dirs
 
 MAX_PLAN_CHARS = 4000  # plans longer than this are clipped inside judge/repair prompts
+MAX_MODEL_TEXT_CHARS = 200_000  # model text longer than this is not parsed: no answer (outputs are a few KB)
+log = logging.getLogger("vrr.loop.tasks")
+
+
+def reads_model_text(fallback: Any = None) -> Callable:
+    """Decorator of a function whose first argument is model-written text: the one place where reading
+    such text may fail. A non-string or empty text, a text longer than :data:`MAX_MODEL_TEXT_CHARS`, and
+    any exception raised while reading (``RecursionError`` from deep nesting, ``ValueError`` from the
+    int/str conversion limit, ``MemoryError``, ``UnicodeError``, ...) give ``fallback``: no answer, so
+    the plan is invalid. The reason of a refusal or a failure is logged (logger ``vrr.loop.tasks``,
+    WARNING) with the function's name and the text's length, never the text."""
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def reader(text, *args, **kwargs):
+            if not isinstance(text, str) or not text:
+                return fallback
+            if len(text) > MAX_MODEL_TEXT_CHARS:
+                log.warning("%s: no answer: the text has %d characters (more than %d)",
+                            fn.__qualname__, len(text), MAX_MODEL_TEXT_CHARS)
+                return fallback
+            try:
+                return fn(text, *args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - model text must never crash extraction
+                log.warning("%s: no answer: reading a %d-character text raised %s: %s",
+                            fn.__qualname__, len(text), type(exc).__name__, str(exc)[:200])
+                return fallback
+        return reader
+    return wrap
 
 
 @dataclass(frozen=True)

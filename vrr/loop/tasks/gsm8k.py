@@ -24,13 +24,15 @@ import math
 import os
 import random
 import re
+import sys
+import unicodedata
 from fractions import Fraction
 from pathlib import Path
 
 from ..redact import MARKER as REDACTION_MARKER
 from ..prompts import PromptSet
 from .base import Problem as _Problem
-from .base import Task, local_file, read_jsonl_rows
+from .base import Task, local_file, read_jsonl_rows, reads_model_text
 
 DATASET = "gsm8k"
 SPLITS = ("train", "test")
@@ -81,7 +83,21 @@ def get_problem(split: str, index: int) -> Problem:
 
 
 # --------------------------------------------------------------------------- answers
-_NUM = r"-?\$?\s?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?"
+# The number grammar (labels and votes read numbers with it alone; see parse_number).
+MAX_NUMBER_DIGITS = 400  # digits of one number; more is no number (beyond any double; bounds int())
+MAX_EXPONENT = 400       # |exponent| of scientific notation; more is no number (10**e is never built)
+LARGEST = Fraction(sys.float_info.max)  # a number of larger magnitude is not finite as a double: no number
+TOLERANCE = Fraction(1, 10 ** 6)        # relative, for answers that are not both integers
+
+# A magnitude: an integer part with comma separators only in groups of exactly three digits ("1,000",
+# never "1,8"), an optional decimal part, an optional exponent; never followed by more of a number
+# ("1,8", "1.2.3" are no numbers; a mantissa is never read without its exponent).
+_MAGNITUDE = (r"(?<![\d.,])(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)"
+              r"(?:[eE][-+]?\d+|(?![eE][-+]?\d))(?![,.]?\d)")
+# A sign (not an operator: no value right before it), an optional dollar sign, a magnitude, and an
+# optional "/ magnitude".
+_NUM = rf"(?:(?<![\w)\]}}])[-+])?(?:\$\s?)?{_MAGNITUDE}(?:\s*/\s*{_MAGNITUDE})?"
+_PARTS = re.compile(r"([-+]?)(\d[\d,]*)?(?:\.(\d+))?(?:[eE]([-+]?\d+))?")
 
 
 def gold_answer(solution: str) -> str:
@@ -92,67 +108,132 @@ def gold_answer(solution: str) -> str:
     return m.group(1).strip().replace(",", "").replace("$", "")
 
 
-def _finite(v: float) -> float | None:
-    """A number too large for a float (a 400-digit answer) is no answer: None, not inf or an error."""
-    return v if math.isfinite(v) else None
-
-
-_FRAC = r"\\[dt]?frac\{\s*(-?[\d.,]+)\s*\}\{\s*([\d.,]+)\s*\}"
-
-
-def parse_number(s: str | None) -> float | None:
-    """Parse '1,000', '$18.00', '18.', '-3', '3/4', '\\frac{3}{4}', '50%', '7 dollars' -> float (None if no
-    number). The FIRST number of the text is read (a ``\\frac`` only when it comes first), so words and
-    numbers after the answer never replace it."""
-    if s is None:
+def _magnitude_value(token: str) -> Fraction | None:
+    """The exact value of one signed magnitude token of the grammar (no "$", no spaces), or None when
+    it is no number: digits of more than one script, too many digits, too large an exponent, or a value
+    beyond the double range."""
+    digits = re.findall(r"\d", token)
+    zeros = {ord(c) - unicodedata.decimal(c) for c in digits}
+    if len(zeros) != 1 or len(digits) > MAX_NUMBER_DIGITS:
         return None
+    zero = zeros.pop()
+    token = token.translate({zero + d: str(d) for d in range(10)})
+    m = _PARTS.fullmatch(token)
+    if m is None:
+        return None
+    sign, whole, frac, exp = m.groups()
+    if exp is not None and abs(int(exp)) > MAX_EXPONENT:
+        return None
+    v = Fraction(int((whole or "0").replace(",", "") + (frac or "")), 10 ** len(frac or ""))
+    v *= Fraction(10) ** int(exp or 0)
+    v = -v if sign == "-" else v
+    return v if abs(v) <= LARGEST else None
+
+
+def _token_value(token: str) -> Fraction | None:
+    """The value of one token matched by ``_NUM`` (a number or ``a / b``), or None."""
+    parts = [p.replace("$", "").replace(" ", "").strip() for p in re.split(r"\s*/\s*", token)]
+    values = [_magnitude_value(re.sub(r"\s", "", p)) for p in parts]
+    if any(v is None for v in values):
+        return None
+    if len(values) == 2:
+        if values[1] == 0:
+            return None
+        q = values[0] / values[1]
+        return q if abs(q) <= LARGEST else None
+    return values[0]
+
+
+_FRAC = r"\\[dt]?frac\{\s*([-+]?[\d.,]+)\s*\}\{\s*([\d.,]+)\s*\}"
+
+
+@reads_model_text()
+def parse_number(s: str | None) -> Fraction | None:
+    """The number a text states, exactly, as a Fraction (None: no number): the ONE number grammar of
+    GSM8K, used for the reference answers, the plans' answers and what vote programs print.
+
+    The FIRST number of the text is read (a ``\\frac{a}{b}`` only when it comes first), so words and
+    numbers after it never replace it; when that first number is ill-formed the text states none (no
+    later number is taken instead). A number is
+
+    * an optional sign ``-``/``+``/U+2212 (a ``-`` right after a value is an operator: "5-3" reads 5),
+      an optional ``$`` (also ``\\$``), then the magnitude;
+    * the magnitude: an integer part whose comma separators group exactly three digits ("1,000",
+      "12,345.5"; "1,8", "1,0000" and "12,34,567" are no numbers), an optional decimal part ("18.",
+      "18.00", ".5"), an optional exponent ("1e3", "2e-05", "1e+16"); a number directly followed by
+      another digit, comma-digit or dot-digit ("1.2.3") is no number;
+    * optionally ``/`` and a second magnitude ("3/4"; a zero denominator is no number); also
+      ``\\frac{a}{b}``, ``\\dfrac``, ``\\tfrac``;
+    * units, "%" and text around it are ignored ("7 dollars", "50%").
+
+    Non-finite values are no numbers: "inf", "nan" and "Infinity" have no digits, and a value beyond
+    the double range ("1e309", a 400-digit integer) or with more than :data:`MAX_NUMBER_DIGITS` digits
+    or an exponent beyond :data:`MAX_EXPONENT` gives None (so nothing huge is ever built). Digits may
+    be any Unicode decimal digits ("\uff11\uff18" and "\u0661\u0668" read 18), but all digits of one
+    number must come from one script ("1\u0668" is no number); separators are ASCII."""
     t = s.strip().replace("\u2212", "-")
     t = re.sub(r"\\(?:text|mathrm|mbox)\{([^}]*)\}", r"\1", t)
     t = t.replace("\\$", "$").replace("\\%", "%").replace("\\!", "").replace("{,}", ",")
     frac, m = re.search(_FRAC, t), re.search(_NUM, t)
     if frac and (not m or frac.start() <= m.start()):
-        try:
-            return _finite(float(Fraction(frac.group(1).replace(",", "")) / Fraction(frac.group(2).replace(",", ""))))
-        except (ValueError, ZeroDivisionError, OverflowError):
+        a, b = _token_value(frac.group(1)), _token_value(frac.group(2))
+        if a is None or b is None or b == 0 or abs(a / b) > LARGEST:
             return None
-    if not m:
+        return a / b
+    return _token_value(m.group(0)) if m else None
+
+
+def same_number(a: Fraction, b: Fraction) -> bool:
+    """Two numbers are the same answer: exactly equal when both are integers (10000000000000000 and
+    1e+16 agree, 10000000000000001 does not); otherwise within a relative 1e-6 (a program's 12.3 may
+    print as 12.299999999999999), computed exactly."""
+    if a.denominator == 1 and b.denominator == 1:
+        return a == b
+    return abs(a - b) <= TOLERANCE * max(1, abs(a), abs(b))
+
+
+def _as_number(x) -> Fraction | None:
+    if x is None or isinstance(x, bool):
         return None
-    tok = m.group(0).replace("$", "").replace(" ", "")
-    tok = re.sub(r",(?=\d{3}(?:\D|$))", "", tok).replace(",", "")
-    try:
-        if "/" in tok:
-            a, b = tok.split("/", 1)
-            return _finite(float(Fraction(a) / Fraction(b)))
-        return _finite(float(tok))
-    except (ValueError, ZeroDivisionError, OverflowError):
-        return None
+    if isinstance(x, str):
+        return parse_number(x)
+    if isinstance(x, (int, Fraction)):
+        return Fraction(x)
+    if isinstance(x, float) and math.isfinite(x):
+        return Fraction(x)
+    return None
+
+
+MAX_BOX_CHARS = 1000        # of a box's content read for its number (a number opens a box)
+MAX_STATEMENT_CHARS = 2000  # of the line after an answer phrase read for its number
 
 
 def _boxes(text: str) -> list[tuple[int, str]]:
     """Every closed ``\\boxed{...}`` / ``\\fbox{...}`` of the text as (position, content), in order
-    (balanced braces; an unclosed box is left out)."""
-    out = []
-    for m in re.finditer(r"\\(?:boxed|fbox)\s*(?=\{)", text):
-        j, depth = m.end(), 0
-        for k in range(j, len(text)):
-            if text[k] == "{":
-                depth += 1
-            elif text[k] == "}":
-                depth -= 1
-                if depth == 0:
-                    out.append((m.start(), text[j + 1:k]))
-                    break
-    return out
+    (balanced braces; an unclosed box is left out), in one pass over the braces; each content is cut
+    at :data:`MAX_BOX_CHARS` characters (nested boxes never make the reading quadratic)."""
+    openers = {m.end(): m.start() for m in re.finditer(r"\\(?:boxed|fbox)\s*(?=\{)", text)}
+    out, stack = [], []
+    for brace in re.finditer(r"[{}]", text):
+        k = brace.start()
+        if text[k] == "{":
+            stack.append(k)
+        elif stack:
+            j = stack.pop()
+            if j in openers:
+                out.append((openers[j], text[j + 1:min(k, j + 1 + MAX_BOX_CHARS)]))
+    return sorted(out)
 
 
 # Answer phrases. The capture is a lookahead, so a phrase repeated on one line ("the answer is: The
 # answer is 48") is found at every occurrence. The first three are explicit statements; a bare
 # "Answer: N" only counts when no explicit statement states a number.
+_CAPTURE = rf"(?=([^\n]{{0,{MAX_STATEMENT_CHARS}}}))"
 _ANSWER_PATTERNS = [
-    r"####\s*(?=([^\n]*))",
-    r"(?:the\s+)?final\s+answer\s*(?:is|:|=)\s*:?\s*(?=([^\n]*))",
-    r"the\s+answer\s+is\s*:?\s*(?=([^\n]*))",
-    r"answer\s*[:=]\s*(?=([^\n]*))",
+    r"####\s*" + _CAPTURE,
+    r"(?:the\s+)?final\s+answer\s*(?:is|:|=)\s*:?\s*" + _CAPTURE,
+    r"the\s+answer\s+is\s*:?\s*" + _CAPTURE,
+    r"answer\s*[:=]\s*" + _CAPTURE,
 ]
 _EXPLICIT = 3  # the first _EXPLICIT patterns (and boxes) are explicit answer statements
 _QUOTES = "\"\u201c\u00ab"
@@ -172,7 +253,7 @@ def _is_expression(s: str) -> bool:
     return bool(s.strip()) and _EXPR.fullmatch(bare) is not None and bare.count("(") == bare.count(")")
 
 
-def _stated_number(capture: str) -> float | None:
+def _stated_number(capture: str) -> Fraction | None:
     """The number an answer phrase states: the FIRST number right after the phrase (after markup, a
     colon, a quote or "approximately"), within its sentence (up to ". ", a line end, a closing
     ``\\)``/``\\]``/``$``). A statement that does not start with a number states none: the prompt's
@@ -187,7 +268,7 @@ def _stated_number(capture: str) -> float | None:
         i += 1
     if i:
         statement = parts[i][_LEAD.match(parts[i]).end():]
-    if not re.match(r"-?\$?\s?\d|\\\$\s?\d|-?\s?\\[dt]?frac\{", statement):
+    if not re.match(r"[-+]?\$?\s?\.?\d|\\\$\s?\d|[-+]?\s?\\[dt]?frac\{", statement):
         return None
     return parse_number(statement)
 
@@ -195,7 +276,7 @@ def _stated_number(capture: str) -> float | None:
 def _quoted(text: str, start: int) -> bool:
     """True when the answer phrase at ``start`` opens a quotation ('... is "The answer is 12"'): an echo of
     the proposed solution, the feedback or the prompt, not the plan's own statement."""
-    before = text[:start].rstrip(" *")
+    before = text[max(0, start - 200):start].rstrip(" *")
     return bool(before) and before[-1] in _QUOTES
 
 
@@ -214,11 +295,10 @@ def extract_answer(text: str | None) -> str | None:
     return answer_statement(text)[0]
 
 
+@reads_model_text(fallback=(None, None))
 def answer_statement(text: str | None) -> tuple[str | None, str | None]:
     """:func:`extract_answer` with the text it read the answer from: the box's content or the answer
     statement's line (None when the answer is only the last number of the text)."""
-    if not text:
-        return None, None
     explicit, bare = [], []  # (position, quoted, box content or None, statement capture or None)
     for pos, content in _boxes(text):
         explicit.append((pos, False, content, None))
@@ -233,7 +313,7 @@ def answer_statement(text: str | None) -> tuple[str | None, str | None]:
                 v = parse_number(box) if box is not None else _stated_number(capture)
                 if v is not None:
                     return _fmt(v), (box if box is not None else capture)
-    nums = re.findall(_NUM, text.replace("\u2212", "-"))
+    nums = re.findall(_NUM, text.replace("\u2212", "-"))  # the grammar's tokens, in order
     for tok in reversed(nums):
         v = parse_number(tok)
         if v is not None:
@@ -241,21 +321,26 @@ def answer_statement(text: str | None) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _fmt(v: float) -> str:
-    if math.isfinite(v) and abs(v - round(v)) < 1e-9:
-        return str(int(round(v)))
-    return repr(round(v, 6))
+def _fmt(v: Fraction) -> str:
+    """A number as the answer string: an integer's digits, else a decimal rounded to 6 places."""
+    r = round(Fraction(v), 6)
+    if r.denominator == 1:
+        return str(r.numerator)
+    whole, frac = divmod(abs(r.numerator) * 10 ** 6 // r.denominator, 10 ** 6)
+    return f"{'-' if r < 0 else ''}{whole}.{frac:06d}".rstrip("0")
 
 
-def is_correct(pred: str | float | None, gold: str | float) -> bool:
-    """Exact match compared numerically (GSM8K answers are integers; 1e-6 tolerance)."""
-    if pred is None:
-        return False
-    p = parse_number(pred) if isinstance(pred, str) else float(pred)
-    g = parse_number(gold) if isinstance(gold, str) else float(gold)
-    if p is None or g is None:
-        return False
-    return abs(p - g) <= 1e-6 * max(1.0, abs(g))
+def is_correct(pred, gold) -> bool:
+    """Exact match compared numerically (App. B): both read with :func:`parse_number` (strings) or taken
+    as they are (numbers), then :func:`same_number`. No number on either side is no match."""
+    p, g = _as_number(pred), _as_number(gold)
+    return p is not None and g is not None and same_number(p, g)
+
+
+def answers_agree(a, b) -> bool:
+    """Two answers name the same number: a plan's extracted answer and what a vote program printed (its
+    last line) or another solver's answer. The one comparison of GSM8K votes (:func:`is_correct`)."""
+    return is_correct(a, b)
 
 
 def label(output_text: str | None, gold: str) -> int:
@@ -422,7 +507,7 @@ class GSM8K(Task):
 
     def answers_agree(self, a, b) -> bool:
         """Two extracted final answers name the same number (the re-solving verifier's vote)."""
-        return is_correct(a, b)
+        return answers_agree(a, b)
 
     def make_perturbation(self, problem: Problem, seed: int, kind: str = "auto") -> dict:
         return make_perturbation(problem.question, seed, problem.index, kind)
@@ -431,5 +516,5 @@ class GSM8K(Task):
         return apply_perturbation(text, spec)
 
     def synthetic_plan(self, problem: Problem, correct: bool) -> str:
-        gold = parse_number(problem.gold) or 0.0
+        gold = parse_number(problem.gold) or Fraction(0)
         return f"Step. The answer is {_fmt(gold if correct else gold + 7)}."
