@@ -1,8 +1,8 @@
 """``python -m vrr generate|resolve|label|measure-judge-styles ...`` (see ``vrr.chain.main``).
 
-Errors in what the user gave (a setting, ``--set``, a run directory, an arrays file) print one line that
-names the file and field, and a server that fails for good (``engine.backend: openai``) one line that
-names the server; both exit with status 2. Anything else keeps its traceback.
+Errors in what the user gave (a setting, ``--set``, a window past its dataset's end, an out root or run
+directory, an arrays file) print one line that names the file and field, and a server that fails for good
+(``engine.backend: openai``) one line that names the server; both exit with status 2. Anything else keeps its traceback.
 """
 import sys
 
@@ -11,12 +11,13 @@ from .common.npzio import NpzFormatError
 from .data.contract import DataContractError
 from .loop.engine.openai_backend import ServerError
 from .loop.sandbox import SandboxError
-from .loop.store import RunStoreError
+from .loop.store import RunStoreError, WindowError
 from .settings import SettingConfigError
 
 try:
     status = main()
-except (SettingConfigError, NpzFormatError, DataContractError, RunStoreError, SandboxError, ServerError) as exc:
+except (SettingConfigError, NpzFormatError, DataContractError, RunStoreError, WindowError, SandboxError,
+        ServerError) as exc:
     print(f"error: {exc}", file=sys.stderr)
     status = 2
 raise SystemExit(status)

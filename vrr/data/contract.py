@@ -17,7 +17,8 @@ meta       str   (JSON object)         setting, task, models, temperatures, seed
 
 ``M`` and ``probe_M`` are at most ``MAX_VOTES`` (1024), ``K`` at most ``MAX_ROUNDS`` (1000), ``N`` and
 ``Np`` at most ``MAX_INSTANCES`` (10**6). Every field of ``meta`` that restates the arrays must agree
-with them (:func:`_check_meta_agrees`): ``M``, ``K_max``, ``indices`` (N distinct integers),
+with them (:func:`_check_meta_agrees`): ``M``, ``K_max``, the sizes ``N``, ``K`` and ``Np`` (the names of
+the table above), ``indices`` (N distinct integers),
 ``validity_by_round`` and ``accept_rate_by_round`` (K+1 rates), ``probe.indices``, ``probe.votes``,
 ``probe.n_valid``/``n_invalid`` and the probe's accept rates, and the run's ``config`` (``n``, ``M``,
 ``K_max``, ``probe_votes``, ``setting``, ``split``, ``start``). A file named ``arrays.npz`` or
@@ -199,6 +200,10 @@ def _check_meta_agrees(setting: Setting, source) -> None:
     meta, (n, k1) = setting.meta, setting.S.shape
     _check_count(meta, "M", setting.M, source)
     _check_count(meta, "K_max", k1 - 1, source)
+    # the contract's own names of the sizes (S is [N, K+1], probe_S is [Np])
+    _check_count(meta, "N", n, source)
+    _check_count(meta, "K", k1 - 1, source)
+    _check_count(meta, "Np", 0 if setting.probe_S is None else len(setting.probe_S), source)
     if "indices" in meta:
         _check_indices(meta["indices"], n, source, "meta.indices", "instances of S")
     _check_rates(meta, "validity_by_round", setting.y.mean(axis=0), source, "validity")
