@@ -36,6 +36,7 @@ The verifier's model may differ from the generator's (``models.judge`` in the se
 from __future__ import annotations
 
 import ast
+import json
 import re
 import warnings
 from typing import Sequence
@@ -155,9 +156,60 @@ class ExecutorJudge(LLMJudge):
         return outs, [[vote(t, self.style) for t in o] for o in outs]
 
 
-# Executed votes are stored as "<test>\n# vrr-exec: PASS" or "... FAIL: <reason>", so that relabeling
-# reads the verdict without running anything again.
-_EXEC = re.compile(r"^# vrr-exec: (PASS|FAIL)(?:: (.*))?$", re.M)
+# The verdict of a vote that runs code (or compares answers) is the record's final line, which the
+# labeler appends after the model's text: "<marker> <WORD> <details>", details one JSON object written
+# by json.dumps (every line break in it escaped). Model text only ever comes before that line, so
+# parse() reads the final line alone and nothing the model writes, prints or raises can reach it.
+# Records whose final line is not of this form are read by each verifier's rule for the older shape
+# (a marker line without JSON details; the committed windows' shape), see _legacy_exec.
+def _trailer(marker: str, word: str, details: dict) -> str:
+    return f"{marker} {word} {json.dumps(details, ensure_ascii=True, sort_keys=True)}"
+
+
+def _with_trailer(body: str, marker: str, word: str, details: dict) -> str:
+    return f"{body}\n{_trailer(marker, word, details)}"
+
+
+def _final_line(text: str | None) -> str:
+    return (text or "").rpartition("\n")[2]
+
+
+def _read_trailer(text: str | None, marker: str, words: tuple[str, str]) -> tuple[str, dict] | None:
+    """(WORD, details) of a record's final line when it is a verdict trailer of ``marker``, else None.
+    The details are {} when they do not decode (the verdict word alone decides the vote)."""
+    m = re.fullmatch(rf"{re.escape(marker)} ({words[0]}|{words[1]}) (\{{.*\}})", _final_line(text))
+    if m is None:
+        return None
+    try:
+        details = json.loads(m.group(2))
+    except ValueError:
+        details = {}
+    return m.group(1), details if isinstance(details, dict) else {}
+
+
+def _body(text: str | None) -> str:
+    """The model's part of a record: everything before the final (verdict) line."""
+    return (text or "").rpartition("\n")[0]
+
+
+EXEC_MARKER = "# vrr-exec:"
+_LEGACY_EXEC = re.compile(r"^# vrr-exec: (PASS$|FAIL: )")
+
+
+def _legacy_exec(text: str | None) -> int | None:
+    """A record without a trailer: "<test>\n# vrr-exec: PASS" or "<test>\n# vrr-exec: FAIL: <reason>".
+    The labeler wrote exactly one such marker line (PASS only as the final line); a record with more
+    than one, where the test or the reason carries a marker-shaped line, is unparsable."""
+    lines = (text or "").split("\n")
+    marks = [i for i, ln in enumerate(lines) if _LEGACY_EXEC.match(ln)]
+    if len(marks) != 1:
+        return None
+    line = lines[marks[0]]
+    if line == "# vrr-exec: PASS":
+        return 1 if marks[0] == len(lines) - 1 else None
+    return 0
+
+
 ASSERT_SYSTEM = "You are a careful software tester. You write unit tests for Python functions."
 ASSERT_INSTRUCTION = ("Write ONE new assert statement that a correct solution of this task must pass, on an input "
                       "of your choice (not the one shown), calling the function by the name the task uses. Reply "
@@ -169,7 +221,9 @@ ASSERT_PREFILL = "```python\nassert "
 
 
 def _exec_record(test: str, passed: bool, reason: str = "") -> str:
-    return f"{test}\n# vrr-exec: PASS" if passed else f"{test}\n# vrr-exec: FAIL: {reason[:300]}"
+    """A stored executed vote: the test, then the trailer ``# vrr-exec: PASS {}`` or
+    ``# vrr-exec: FAIL {"reason": ...}`` (the outcome the sandbox reported, never the test's text)."""
+    return _with_trailer(test, EXEC_MARKER, "PASS" if passed else "FAIL", {} if passed else {"reason": reason[:300]})
 
 
 def _needs_code_task(task, kind: str):
@@ -182,15 +236,22 @@ class _Executed:
     """Shared parts of the executing verifiers: parse a stored verdict, feedback with the failing test."""
 
     def parse(self, text: str | None) -> int | None:
-        m = _EXEC.search(text or "")
-        return None if m is None else int(m.group(1) == "PASS")
+        """The verdict of the record's final line (the labeler's); records without one: :func:`_legacy_exec`."""
+        trailer = _read_trailer(text, EXEC_MARKER, ("PASS", "FAIL"))
+        if trailer is not None:
+            return int(trailer[0] == "PASS")
+        return _legacy_exec(text)
 
     def feedback(self, outputs: Sequence[str]) -> str:
         votes = [self.parse(t) == 1 for t in outputs]
         fb = f"{len(votes) - sum(votes)} of {len(votes)} tests failed."
         for t, ok in zip(outputs, votes):
             if not ok and t:
-                test, _, result = t.partition("\n# vrr-exec: ")
+                trailer = _read_trailer(t, EXEC_MARKER, ("PASS", "FAIL"))
+                if trailer is not None:
+                    test, result = _body(t), f"FAIL: {trailer[1].get('reason', '')}"
+                else:
+                    test, _, result = t.partition("\n# vrr-exec: ")
                 fb += f"\nA failing test:\n{test.strip()[:600]}\nResult: {result.strip()[:400]}"
                 break
         return fb
@@ -248,9 +309,11 @@ class AssertJudge(_Executed):
                 else:
                     items.append((code, p, test))
                     where.append((i, m, test))
+        passed = [[False] * M for _ in problems]
         for (i, m, test), res in zip(where, task.run_asserts(items) if items else []):
             records[i][m] = _exec_record(test, res.valid, res.reason)
-        return records, [[int(self.parse(r) == 1) for r in row] for row in records]
+            passed[i][m] = bool(res.valid)
+        return records, [[int(ok) for ok in row] for row in passed]
 
 
 class ShownTestJudge(_Executed):
@@ -261,8 +324,9 @@ class ShownTestJudge(_Executed):
     def votes(self, engine, task, problems: Sequence, plans: Sequence[str], M: int):
         _needs_code_task(task, self.kind)
         items = [(task.extract_answer(plan), p, task.visible_test(p)) for p, plan in zip(problems, plans)]
-        records = [[_exec_record("# the shown test", r.valid, r.reason)] * M for r in task.run_asserts(items)]
-        return records, [[int(self.parse(r) == 1) for r in row] for row in records]
+        results = task.run_asserts(items)
+        records = [[_exec_record("# the shown test", r.valid, r.reason)] * M for r in results]
+        return records, [[int(bool(r.valid))] * M for r in results]
 
 
 PROGRAM_SYSTEM = "You are a careful programmer. You solve math word problems by writing short Python programs."
@@ -282,7 +346,8 @@ class ProgramJudge:
     never reruns the model or the program."""
 
     kind = "llm_program"
-    _RESULT = re.compile(r"^# vrr-program: (AGREE|DISAGREE) \(printed (.*)\)$", re.M)
+    MARKER = "# vrr-program:"
+    _LEGACY = re.compile(r"# vrr-program: (AGREE|DISAGREE) \(printed (.*)\)")
 
     def __init__(self, max_tokens: int | None = None, temperature: float = 0.7):
         self.max_tokens = max_tokens or VERIFIER_MAX_TOKENS["llm_program"]
@@ -301,17 +366,29 @@ class ProgramJudge:
         lines = [ln.strip() for ln in (stdout or "").splitlines() if ln.strip()]
         return lines[-1][:PROGRAM_OUTPUT_CHARS] if lines else None
 
+    def _verdict(self, text: str | None) -> tuple[str, str] | None:
+        """(AGREE or DISAGREE, what the program printed as shown to the repairer) from the record's final
+        line, the labeler's: the trailer ``# vrr-program: AGREE {"printed": ...}``, or the older shape
+        ``# vrr-program: AGREE (printed '...')`` (the printed value a Python repr, on one line)."""
+        trailer = _read_trailer(text, self.MARKER, ("AGREE", "DISAGREE"))
+        if trailer is not None:
+            printed = trailer[1].get("printed")
+            shown = repr(printed) if isinstance(printed, str) else f"nothing: {str(trailer[1].get('error', ''))!r}"
+            return trailer[0], shown
+        m = self._LEGACY.fullmatch(_final_line(text))
+        return None if m is None else (m.group(1), m.group(2))
+
     def parse(self, text: str | None) -> int | None:
-        m = self._RESULT.search(text or "")
-        return None if m is None else int(m.group(1) == "AGREE")
+        found = self._verdict(text)
+        return None if found is None else int(found[0] == "AGREE")
 
     def feedback(self, outputs: Sequence[str]) -> str:
         """The disagreement: how many programs computed another answer, and which answers they printed."""
         printed = []
         for t in outputs:
-            m = self._RESULT.search(t or "")
-            if m is not None and m.group(1) == "DISAGREE":
-                printed.append(m.group(2))
+            found = self._verdict(t)
+            if found is not None and found[0] == "DISAGREE":
+                printed.append(found[1])
         n = len(outputs)
         if not printed:
             return f"All {n} independent programs computed the same answer as the solution."
@@ -342,13 +419,15 @@ class ProgramJudge:
                                    timeout=VOTE_RULE.wall_seconds, cpu_limit=VOTE_RULE.cpu_seconds,
                                    hash_seeds=[VOTE_RULE.hash_seeds[0]] * len(programs)) if programs else []
         records = [[""] * M for _ in problems]
+        votes = [[0] * M for _ in problems]
         for (i, m), prog, res in zip(where, programs, results):
             mine = task.extract_answer(plans[i])
             theirs = self.printed_answer(res.stdout) if res.passed else None
             agree = mine is not None and theirs is not None and bool(task.answers_agree(mine, theirs))
-            shown = repr(theirs) if theirs is not None else f"nothing: {res.error[:60]!r}"
-            records[i][m] = f"{prog.strip()[:800]}\n# vrr-program: {'AGREE' if agree else 'DISAGREE'} (printed {shown})"
-        return records, [[int(self.parse(r) == 1) for r in row] for row in records]
+            details = {"printed": theirs} if theirs is not None else {"printed": None, "error": res.error[:60]}
+            records[i][m] = _with_trailer(prog.strip()[:800], self.MARKER, "AGREE" if agree else "DISAGREE", details)
+            votes[i][m] = int(agree)
+        return records, votes
 
 
 PRM_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -360,14 +439,20 @@ class ResolveJudge:
     """M independent solutions by the judge model; a vote accepts when its answer agrees with the plan's."""
 
     kind = "llm_resolve"
-    _RESULT = re.compile(r"^# vrr-resolve: (AGREE|DISAGREE)", re.M)
+    MARKER = "# vrr-resolve:"
+    _LEGACY = re.compile(r"# vrr-resolve: (AGREE|DISAGREE) \(judge's answer .*\)")
 
     def __init__(self, max_tokens: int | None = None, temperature: float = 0.7):
         self.max_tokens = max_tokens or VERIFIER_MAX_TOKENS["llm_resolve"]
         self.temperature = temperature
 
     def parse(self, text: str | None) -> int | None:
-        m = self._RESULT.search(text or "")
+        """The verdict of the record's final line, the labeler's: the trailer
+        ``# vrr-resolve: AGREE {"answer": ...}``, or the older shape ``# vrr-resolve: AGREE (judge's answer '...')``."""
+        trailer = _read_trailer(text, self.MARKER, ("AGREE", "DISAGREE"))
+        if trailer is not None:
+            return int(trailer[0] == "AGREE")
+        m = self._LEGACY.fullmatch(_final_line(text))
         return None if m is None else int(m.group(1) == "AGREE")
 
     def feedback(self, outputs: Sequence[str]) -> str:
@@ -380,19 +465,21 @@ class ResolveJudge:
                                       "has no answers_agree (use gsm8k or math500)")
         outs = engine.chat([task.prompts.generator_messages(p.question) for p in problems],
                            temperature=self.temperature, max_tokens=self.max_tokens, n=M)
-        records = []
+        records, votes = [], []
         for p, plan, o in zip(problems, plans, outs):
             if len(o) != M:
                 raise RuntimeError(f"engine returned {len(o)} solutions, expected {M}")
             mine = task.extract_answer(plan)
-            row = []
+            row, row_votes = [], []
             for text in o:
                 theirs = task.extract_answer(text)
                 agree = mine is not None and theirs is not None and bool(task.answers_agree(mine, theirs))
-                row.append(f"{(text or '')[-400:]}\n# vrr-resolve: {'AGREE' if agree else 'DISAGREE'} "
-                           f"(judge's answer {str(theirs)[:60]!r})")
+                row.append(_with_trailer((text or "")[-400:], self.MARKER, "AGREE" if agree else "DISAGREE",
+                                         {"answer": None if theirs is None else str(theirs)[:60]}))
+                row_votes.append(int(agree))
             records.append(row)
-        return records, [[int(self.parse(r) == 1) for r in row] for row in records]
+            votes.append(row_votes)
+        return records, votes
 
 
 class PRMJudge:
