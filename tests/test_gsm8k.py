@@ -1,4 +1,6 @@
 """GSM8K loader, answer extraction, exact-match labeling and PM perturbations (pure Python)."""
+from fractions import Fraction
+
 import pytest
 
 from vrr.loop.tasks import gsm8k
@@ -188,3 +190,61 @@ def test_the_label_path_reads_the_last_statement_again():
 
     rd = {"answer": "9", "plan": "So the total is \\boxed{9}.\nRounding down, the answer is 8."}
     assert get_task("gsm8k").stored_answer(rd) == "8"
+
+
+# The number grammar: one row per (text, the number it states or None). Labels and votes read numbers with
+# parse_number alone, so each row holds for both.
+GRAMMAR = [
+    ("18", 18), ("-3", -3), ("+5", 5), ("\u22124", -4), ("0", 0), ("007", 7),
+    ("1,000", 1000), ("12,345", 12345), ("1,000,000", 10 ** 6), ("1,234.50", Fraction(2469, 2)),
+    ("1,8", None), ("1,0000", None), ("12,34,567", None), ("1234,567", None), ("1,000,00", None),
+    ("18.", 18), ("18.00", 18), ("2.5", Fraction(5, 2)), (".5", Fraction(1, 2)), ("1.2.3", None),
+    ("1e3", 1000), ("1E3", 1000), ("2e-05", Fraction(1, 50000)), ("1e+16", 10 ** 16), ("-1.5e2", -150),
+    ("6.182536106574134e+38", Fraction(6182536106574134) * 10 ** 23),
+    ("1e309", None), ("-1e309", None), ("1e99999999", None), ("1" * 400, None), ("9" * 309, None),
+    ("inf", None), ("-inf", None), ("nan", None), ("Infinity", None),
+    ("$18.00", 18), ("-$5", -5), ("\\$5", 5), ("$ 7", 7), ("50%", 50), ("7 dollars", 7), ("5kg", 5),
+    ("3/4", Fraction(3, 4)), ("3 / 4", Fraction(3, 4)), ("3/0", None), ("\\frac{3}{4}", Fraction(3, 4)),
+    ("\\dfrac{1,000}{8}", 125), ("\\frac{1,8}{2}", None), ("\\frac{1}{0}", None),
+    ("\uff11\uff18", 18), ("\u0661\u0668", 18), ("\u0967\u0968", 12), ("1\u0668", None), ("\u00b2", None),
+    ("5-3", 5), ("x = 12 apples", 12), ("about 3 then 4", 3), ("1e309 or 5", None),
+    ("", None), ("no number", None), ("1_000", 1),
+]
+
+
+@pytest.mark.parametrize("text, want", GRAMMAR)
+def test_the_number_grammar(text, want):
+    got = gsm8k.parse_number(text)
+    assert got == want and (got is None) == (want is None)
+
+
+@pytest.mark.parametrize("plan, gold, valid", [
+    ("The answer is 1e3.", "1", 0), ("The answer is 1e3.", "1000", 1), ("The answer is 1,8.", "18", 0),
+    ("The answer is 1,8.", "1", 0), ("The answer is 10000000000000001.", "10000000000000000", 0),
+    ("The answer is 1e+16.", "10000000000000000", 1), ("The answer is 18.0000001.", "18", 1),
+])
+def test_labels_read_the_grammar(plan, gold, valid):
+    assert gsm8k.label(plan, gold) == valid
+
+
+@pytest.mark.parametrize("printed, plan_answer, agree", [
+    ("1e309", "1", False), ("2e-05", "2", False), ("1e+16", "10000000000000000", True),
+    ("1e+16", "10000000000000001", False), ("1,8", "18", False), ("1,800", "1800", True),
+    ("12.299999999999999", "12.3", True), ("72.0", "72", True), ("inf", "1", False), ("nan", "0", False),
+    ("6.182536106574134e+38", "6", False), ("-8", "8", False), ("\uff17\uff12", "72", True),
+])
+def test_program_votes_compare_with_the_same_grammar(printed, plan_answer, agree):
+    """What the vote programs printed, against the plan's answer (``task.answers_agree``, the call of
+    vrr.loop.verifiers.ProgramJudge)."""
+    from vrr.loop.tasks import get_task
+
+    assert gsm8k.answers_agree(plan_answer, printed) is agree
+    assert get_task("gsm8k").answers_agree(plan_answer, printed) is agree
+
+
+def test_integers_compare_exactly_and_answers_format_exactly():
+    assert gsm8k.same_number(Fraction(10 ** 16), Fraction(10 ** 16))
+    assert not gsm8k.same_number(Fraction(10 ** 16 + 1), Fraction(10 ** 16))
+    assert gsm8k.extract_answer("The answer is 10000000000000001.") == "10000000000000001"
+    assert gsm8k.extract_answer("The answer is 2e-05.") == "0.00002"
+    assert gsm8k.extract_answer("The answer is 1,8.") is None  # an ill-formed number is no answer

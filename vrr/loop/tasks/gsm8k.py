@@ -131,7 +131,10 @@ def _magnitude_value(token: str) -> Fraction | None:
 
 
 def _token_value(token: str) -> Fraction | None:
-    """The value of one token matched by ``_NUM`` (a number or ``a / b``), or None."""
+    """The value of one token of the grammar (``_NUM``: a number or ``a / b``), or None when the token is
+    not one."""
+    if re.fullmatch(_NUM, token.strip()) is None:
+        return None
     parts = [p.replace("$", "").replace(" ", "").strip() for p in re.split(r"\s*/\s*", token)]
     values = [_magnitude_value(re.sub(r"\s", "", p)) for p in parts]
     if any(v is None for v in values):
