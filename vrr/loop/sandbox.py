@@ -20,15 +20,21 @@ Debian package ``bubblewrap``, installed by ``make env``). What a program sees a
   threads together). Per process: ``RLIMIT_CPU`` (the CPU-time limit), ``RLIMIT_FSIZE`` 10 MB per
   file, ``RLIMIT_NOFILE`` 256, no core files. A wall-clock limit for the whole run is enforced here;
   on expiry the cgroup's processes are killed;
-* **environment**: only ``PATH``, ``LANG``, ``HOME=/tmp``, ``TMPDIR=/tmp``, ``PWD`` (bubblewrap's, ``/tmp``),
-  ``PYTHONPATH=/opt/vrr-site``, ``PYTHONDONTWRITEBYTECODE=1`` and ``PYTHONHASHSEED`` (a parameter); stdin is
-  ``/dev/null``;
+* **environment**: the program's is only ``PATH``, ``LANG``, ``HOME=/tmp``, ``TMPDIR=/tmp``, ``PWD``
+  (bubblewrap's, ``/tmp``), ``PYTHONPATH=/opt/vrr-site``, ``PYTHONDONTWRITEBYTECODE=1`` and ``PYTHONHASHSEED``
+  (a parameter). bubblewrap itself starts with an empty environment (:data:`LAUNCH_ENV`), so its init, PID 1
+  of the sandbox, whose ``/proc/1/environ`` and ``/proc/1/cmdline`` the program can read, holds none of the
+  caller's variables; it reads its options from a file, so its command line shows only the interpreter's
+  path and the program's. stdin is ``/dev/null``;
   interpreter flags ``-s -S -B`` (no site-packages but the allowed ones, no bytecode files);
 * **output**: stdout and stderr go to files outside the sandbox (capped by ``RLIMIT_FSIZE``); only the
   last ``OUTPUT_CAP`` bytes of each are read back.
 
 Where bubblewrap is missing or cannot start, :func:`run_many` raises :class:`SandboxError` saying
-what is missing. Where the machine offers no writable cgroup (v1 or v2) for memory and tasks, it
+what is missing. "Cannot start" is bubblewrap's own report: it exits without having written the
+program's ``exit-code`` on its status pipe (``--json-status-fd``, a pipe no process in the sandbox
+holds). Whatever a program writes or how it exits is that program's result, never an error of
+the batch: one hostile program cannot stop the others. Where the machine offers no writable cgroup (v1 or v2) for memory and tasks, it
 raises too, unless weaker isolation is asked for explicitly (``allow_weak=True`` or
 ``VRR_SANDBOX_ALLOW_WEAK=1``): then each process gets ``RLIMIT_AS`` = :data:`MEMORY_LIMIT` /
 :data:`WEAK_PROCESS_SLOTS` and ``RLIMIT_NPROC``, so their sum fits, and :func:`isolation_rule`
@@ -46,6 +52,7 @@ from __future__ import annotations
 import errno
 import importlib.metadata
 import importlib.util
+import json
 import math
 import os
 import resource
@@ -76,6 +83,9 @@ SITE_DIR = "/opt/vrr-site"
 CGROUP_PREFIX = "vrr-sandbox"
 
 WEAK_ENV = "VRR_SANDBOX_ALLOW_WEAK"
+# bubblewrap itself starts with no environment: its init is PID 1 of the sandbox, whose
+# /proc/1/environ every process there can read; the program's variables are set by --setenv
+LAUNCH_ENV: dict[str, str] = {}
 
 
 @dataclass
@@ -442,6 +452,7 @@ class _Job:
         self.timed_out = False
         self.t0 = self.deadline = 0.0
         self.interpreter = ""
+        self.status_read = None
 
     def start(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="vrr-sandbox-"))  # 0700, ours
@@ -461,14 +472,29 @@ class _Job:
             raise SandboxError(_no_cgroup_message())
         self.cgroup = None if weak else _Cgroup(roots)
         argv, self.interpreter = _bwrap_argv(program, self.hash_seed)
+        # bubblewrap reads its options from a file (so its command line, which every process in the
+        # sandbox can read as /proc/1/cmdline, names no host folder but the interpreter's) and reports on a pipe only it
+        # holds whether it started the program (--json-status-fd: "exit-code" is written only after
+        # the program was executed).
+        args_path = self.root / "bwrap-args"
+        split = argv.index("--")  # bubblewrap takes the command itself from its command line
+        args_path.write_bytes(b"".join(a.encode() + b"\0" for a in argv[1:split]))
+        self.status_read, status_write = os.pipe()
+        os.set_blocking(self.status_read, False)
         self.stdout_path, self.stderr_path = self.root / "stdout", self.root / "stderr"
-        with open(self.stdout_path, "wb") as so, open(self.stderr_path, "wb") as se:
-            self.t0 = time.monotonic()
-            self.deadline = self.t0 + self.timeout
-            self.proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=so, stderr=se, close_fds=True, start_new_session=True,
-                preexec_fn=_make_preexec(_limits(self.cpu_limit, weak),
-                                         self.cgroup.procs_files() if self.cgroup else []))
+        try:
+            with open(self.stdout_path, "wb") as so, open(self.stderr_path, "wb") as se, \
+                    open(args_path, "rb") as args_file:
+                self.t0 = time.monotonic()
+                self.deadline = self.t0 + self.timeout
+                self.proc = subprocess.Popen(
+                    [argv[0], "--json-status-fd", str(status_write), "--args", str(args_file.fileno()), *argv[split:]],
+                    stdin=subprocess.DEVNULL, stdout=so, stderr=se, close_fds=True,
+                    pass_fds=(args_file.fileno(), status_write), start_new_session=True, env=LAUNCH_ENV,
+                    preexec_fn=_make_preexec(_limits(self.cpu_limit, weak),
+                                             self.cgroup.procs_files() if self.cgroup else []))
+        finally:
+            os.close(status_write)
         try:
             self.pidfd = os.pidfd_open(self.proc.pid)
         except (AttributeError, OSError):
@@ -505,9 +531,9 @@ class _Job:
         stderr, cut_err = _tail(self.stderr_path)
         rc = self.proc.returncode
         cpu_hit = rc in (-signal.SIGXCPU, 128 + signal.SIGXCPU)
-        if stderr.startswith("bwrap:") and rc not in (0, None):
+        if self._setup_failed(rc):
             self.cleanup()
-            raise SandboxError(f"bubblewrap could not start the sandbox: {stderr.strip()[:500]}")
+            raise SandboxError(f"bubblewrap could not start the sandbox (exit status {rc}): {stderr.strip()[:500]}")
         if self.timed_out:
             error = f"timeout after {self.timeout:g} s"
         elif cpu_hit:
@@ -526,7 +552,41 @@ class _Job:
         self.cleanup()
         return res
 
+    def _status(self) -> list[dict]:
+        """What bubblewrap wrote on its status pipe (JSON documents, one a line)."""
+        data = b""
+        while self.status_read is not None:
+            try:
+                chunk = os.read(self.status_read, 1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            data += chunk
+        out = []
+        for line in data.decode("utf-8", "replace").splitlines():
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(doc, dict):
+                out.append(doc)
+        return out
+
+    def _setup_failed(self, rc: int | None) -> bool:
+        """Whether bubblewrap exited on its own without executing the program: no "exit-code" on its
+        status pipe, which it writes only once the program was executed. Decided by bubblewrap's own
+        report and exit status, never by what the program wrote (a program that prints "bwrap:" and
+        fails is the program's failure). A run killed here (timeout) or by the kernel (cgroup memory) is
+        the program's too."""
+        if self.timed_out or rc is None or rc <= 0:
+            return False
+        return not any("exit-code" in doc for doc in self._status())
+
     def cleanup(self) -> None:
+        if self.status_read is not None:
+            os.close(self.status_read)
+            self.status_read = None
         if self.pidfd is not None:
             try:
                 os.close(self.pidfd)
