@@ -146,30 +146,6 @@ def test_notebooks_of_one_kernel_see_none_of_each_others_variables(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["first.ipynb", "second.ipynb"]   # no log, no temporary
 
 
-def test_kernels_run_the_numpy_loops_of_an_avx2_machine(tmp_path):
-    """numpy's AVX512 loops round differently from its AVX2 ones; the kernels disable them (a no-op on an
-    AVX2 machine), so tables and figures come out byte-identical on both kinds."""
-    from vrr.chain import beyond_avx2_dispatch
-
-    import numpy
-    try:
-        from numpy._core._multiarray_umath import __cpu_dispatch__
-    except ImportError:  # numpy 1.x
-        from numpy.core._multiarray_umath import __cpu_dispatch__
-    disabled = beyond_avx2_dispatch().split()
-    assert disabled and set(disabled) < set(__cpu_dispatch__), (numpy.__version__, __cpu_dispatch__)
-    assert not {t for t in __cpu_dispatch__ if t not in disabled} & {"X86_V4", "AVX512F", "AVX512_SKX"}
-    nb = _notebook(tmp_path / "simd.ipynb", "x = 0",
-                   "import os\ntry:\n    from numpy._core._multiarray_umath import __cpu_features__ as f\n"
-                   "except ImportError:\n    from numpy.core._multiarray_umath import __cpu_features__ as f\n"
-                   "print(os.environ['NPY_DISABLE_CPU_FEATURES'], any(f.get(t) for t in "
-                   "os.environ['NPY_DISABLE_CPU_FEATURES'].split()))")
-    proc = _run_notebooks(nb, tmp_path / "out.ipynb")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    text = [c for c in nbformat.read(tmp_path / "out.ipynb", as_version=4).cells if c.cell_type == "code"][-1]
-    assert text.outputs[0]["text"].strip() == f"{' '.join(disabled)} False"
-
-
 def test_a_failed_notebook_stops_the_run_and_keeps_only_the_finished_outputs(tmp_path):
     """The notebook that fails is kept as *.failed.ipynb with its traceback, the one before it stays
     published, and the one after it never runs."""

@@ -291,16 +291,6 @@ def parse_notebook_runs(tokens: Sequence[str]) -> list[NotebookRun]:
 RESET_KERNEL = "get_ipython().reset(new_session=True)"
 
 
-def beyond_avx2_dispatch() -> str:
-    """numpy's dispatch targets above the AVX2 level (``X86_V4``, ``AVX512*``), space-separated, for
-    ``NPY_DISABLE_CPU_FEATURES``: with them disabled an AVX512 machine runs the loops an AVX2 machine runs."""
-    try:
-        from numpy._core._multiarray_umath import __cpu_dispatch__ as targets
-    except ImportError:  # numpy 1.x
-        from numpy.core._multiarray_umath import __cpu_dispatch__ as targets
-    return " ".join(t for t in targets if t == "X86_V4" or t.startswith("AVX512"))
-
-
 def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = None) -> int:
     """Execute notebooks in order with papermill, in one kernel; each output appears under its name only
     when that notebook succeeded.
@@ -328,14 +318,9 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
     for s in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, stop)
     die_with_parent(signal.SIGTERM)
-    # One BLAS thread per kernel: make runs several settings at once, and the chain's BLAS calls are so
-    # small that extra OpenBLAS threads only spin (3x the CPU time of the beta-binomial fits, same results).
+    # One BLAS thread per kernel: make runs several settings at once, and extra OpenBLAS threads only spin.
+    # The printed numbers make no BLAS call (vrr.common.fpmath), so they do not depend on it.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    # Byte-identical results on every CPU kind: numpy's AVX512 loops (exp, log, sums) round differently in the
-    # last bit from its AVX2 loops, enough to move the beta-binomial fits in the 5th digit; kernels run the AVX2 ones.
-    avx512_targets = beyond_avx2_dispatch()
-    if avx512_targets:
-        os.environ.setdefault("NPY_DISABLE_CPU_FEATURES", avx512_targets)
     for run in runs:
         run.output.parent.mkdir(parents=True, exist_ok=True)
     first, last = runs[0].output, runs[-1].output

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 from scipy import special
 
+from ..common import fpmath
 from ..core.model import NoiseParams, youden_j
 
 from ..settings import CALIBRATION_METHODS as VOTE_METHODS
@@ -127,8 +128,8 @@ def mixture_loglik(S, M: int, weight_valid: float, rho0: float, rho1: float) -> 
 
 def _hist_loglik(hist: np.ndarray, M: int, weight_valid: float, rho1: float, rho0: float) -> float:
     with np.errstate(divide="ignore"):
-        lv = np.log(weight_valid) + _binom_logpmf_table(M, 1.0 - rho1)
-        li = np.log1p(-weight_valid) + _binom_logpmf_table(M, rho0)
+        lv = fpmath.log(weight_valid) + _binom_logpmf_table(M, 1.0 - rho1)
+        li = fpmath.log1p(-weight_valid) + _binom_logpmf_table(M, rho0)
     ll = np.logaddexp(lv, li)
     mask = hist > 0
     return float(np.sum(hist[mask] * ll[mask]))
@@ -142,10 +143,10 @@ def em_step(h, total, M: int, w, p1, p0):
     s = np.arange(M + 1, dtype=float)
     log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
     eps = 1e-12
-    lv = np.log(w)[..., None] + log_comb + s * np.log(p1)[..., None] + (M - s) * np.log1p(-p1)[..., None]
-    li = np.log1p(-w)[..., None] + log_comb + s * np.log(p0)[..., None] + (M - s) * np.log1p(-p0)[..., None]
+    lv = fpmath.log(w)[..., None] + log_comb + s * fpmath.log(p1)[..., None] + (M - s) * fpmath.log1p(-p1)[..., None]
+    li = fpmath.log1p(-w)[..., None] + log_comb + s * fpmath.log(p0)[..., None] + (M - s) * fpmath.log1p(-p0)[..., None]
     norm = np.logaddexp(lv, li)
-    resp = np.exp(lv - norm)
+    resp = fpmath.exp(lv - norm)
     ll = (norm * h).sum(axis=-1)
     nv = (resp * h).sum(axis=-1)
     ni = total - nv
@@ -206,8 +207,8 @@ def _hists_loglik(hists: np.ndarray, M: int, w, p1, p0) -> np.ndarray:
     s = np.arange(M + 1, dtype=float)
     log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
     with np.errstate(divide="ignore"):
-        lv = np.log(w)[..., None] + log_comb + special.xlogy(s, p1[..., None]) + special.xlogy(M - s, 1 - p1[..., None])
-        li = np.log1p(-w)[..., None] + log_comb + special.xlogy(s, p0[..., None]) + special.xlogy(M - s, 1 - p0[..., None])
+        lv = fpmath.log(w)[..., None] + log_comb + special.xlogy(s, p1[..., None]) + special.xlogy(M - s, 1 - p1[..., None])
+        li = fpmath.log1p(-w)[..., None] + log_comb + special.xlogy(s, p0[..., None]) + special.xlogy(M - s, 1 - p0[..., None])
     ll = np.logaddexp(lv, li)
     h = np.asarray(hists, dtype=float)[:, None, :]
     return np.where(h > 0, h * ll, 0.0).sum(axis=-1)
@@ -299,9 +300,9 @@ def best_restart(hist, M: int, chain) -> VoteNoiseFit:
 
 
 def _responsibilities(hist, M, w, p1, p0):
-    lv = np.log(w) + _binom_logpmf_table(M, p1)
-    li = np.log1p(-w) + _binom_logpmf_table(M, p0)
-    return np.exp(lv - np.logaddexp(lv, li))
+    lv = fpmath.log(w) + _binom_logpmf_table(M, p1)
+    li = fpmath.log1p(-w) + _binom_logpmf_table(M, p0)
+    return fpmath.exp(lv - np.logaddexp(lv, li))
 
 
 def method_of_moments(S, M: int) -> VoteNoiseFit:
@@ -372,9 +373,9 @@ def beta_binomial_em(S, M: int, phi_cap: float = 0.3, n_restarts: int = 8, seed:
     Each class draws a per-plan acceptance rate from a Beta with mean mu_c and intra-plan
     correlation phi_c in (0, phi_cap]; the cap keeps one component from absorbing the whole
     spread of S. rho1 = 1 - mu_valid, rho0 = mu_invalid. The beta-binomial M-step has no closed
-    form, so the mixture likelihood that EM climbs is maximized directly (L-BFGS-B over
+    form, so the mixture likelihood that EM climbs is maximized directly (Nelder-Mead over
     logit-scaled weight, means and correlations, on the histogram of S) from ``n_restarts``
-    seeded starts; the best log-likelihood is kept and the higher-mean component is "valid".
+    seeded starts; the best log-likelihood is kept, polished, and the higher-mean component is "valid".
     """
     from scipy import optimize  # imported on use: only this estimator needs it
 
@@ -392,22 +393,24 @@ def beta_binomial_em(S, M: int, phi_cap: float = 0.3, n_restarts: int = 8, seed:
 
     def nll(z):
         w, mu1, phi1, mu0, phi0 = unpack(z)
-        lv = np.log(w) + _betabinom_logpmf(M, mu1, phi1)
-        li = np.log1p(-w) + _betabinom_logpmf(M, mu0, phi0)
+        lv = fpmath.log(w) + _betabinom_logpmf(M, mu1, phi1)
+        li = fpmath.log1p(-w) + _betabinom_logpmf(M, mu0, phi0)
         return -float(np.sum(counts * np.logaddexp(lv, li)[mask]))
 
+    # Nelder-Mead only compares likelihood values and does its own arithmetic element-wise, so the fit is
+    # the same on every CPU; a quasi-Newton method's finite differences and BLAS calls round differently per
+    # CPU, and the likelihood is so flat towards phi -> 0 (the binomial limit) that this moves rho-hat in the
+    # 5th digit. Loose restarts find the mode, a tight polish from the best one settles it.
+    bounds = [(-12, 12)] * 5
     best = None
     for _ in range(n_restarts):
         z0 = np.array([special.logit(rng.uniform(0.2, 0.8)), special.logit(rng.uniform(0.55, 0.95)),
                        rng.uniform(-3, 1), special.logit(rng.uniform(0.05, 0.45)), rng.uniform(-3, 1)])
-        res = optimize.minimize(nll, z0, method="L-BFGS-B", bounds=[(-12, 12)] * 5)
+        res = optimize.minimize(nll, z0, method="Nelder-Mead", bounds=bounds,
+                                options={"xatol": 1e-4, "fatol": 1e-7, "maxiter": 20000, "maxfev": 20000})
         if best is None or res.fun < best.fun:
             best = res
-    # The likelihood is flat along phi -> 0 (the binomial limit) and L-BFGS-B's finite-difference
-    # gradients stop wherever rounding lets them: seeds, CPUs and BLAS builds disagreed in the 3rd digit
-    # of rho. Nelder-Mead only compares likelihood values, so a tight polish from the best restart lands
-    # on the same point to ~1e-5 whatever the start (checked over seeds), and is immune to rounding noise.
-    polished = optimize.minimize(nll, best.x, method="Nelder-Mead", bounds=[(-12, 12)] * 5,
+    polished = optimize.minimize(nll, best.x, method="Nelder-Mead", bounds=bounds,
                                  options={"xatol": 1e-9, "fatol": 1e-11, "maxiter": 20000, "maxfev": 20000})
     if polished.fun <= best.fun:
         best = polished

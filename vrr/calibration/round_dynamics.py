@@ -23,9 +23,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scipy import special
+
+from ..common import fpmath
 from .estimators import CrossFit, labeled_subset
 
-KAPPA_GRID = np.concatenate([np.logspace(0, 4, 33), [1e6]])  # 1 .. 10^4 and "full pooling"
+# 1 .. 10^4 in 32 log steps, and "full pooling"; Python's power (the C library's pow), not numpy's per-CPU loops
+KAPPA_GRID = np.array([10.0 ** (k / 8) for k in range(33)] + [1e6])
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,14 @@ def round_transition_counts(y) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     return ((~before & after).sum(0), (~before).sum(0), (before & ~after).sum(0), before.sum(0))
 
 
+def betabinom_logpmf(k, n, a, b) -> np.ndarray:
+    """log BetaBinom(k | n, a, b) = log C(n, k) + log B(k + a, n - k + b) - log B(a, b), scipy.stats.betabinom's
+    formula with its one numpy logarithm taken through :mod:`vrr.common.fpmath` (the same on every CPU)."""
+    k, n = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
+    log_comb = -fpmath.log(n + 1) - special.betaln(n - k + 1, k + 1)
+    return log_comb + special.betaln(k + a, n - k + b) - special.betaln(a, b)
+
+
 def shrinkage_strength(k, n, center: float, grid=KAPPA_GRID) -> float:
     """Empirical-Bayes prior strength kappa: the grid value maximizing the beta-binomial marginal
     likelihood sum_t log BetaBinom(k_t | n_t, kappa c, kappa (1 - c)) of the per-round counts (ties to the
@@ -62,9 +74,7 @@ def shrinkage_strength(k, n, center: float, grid=KAPPA_GRID) -> float:
     k, n = np.asarray(k), np.asarray(n)
     c = float(np.clip(center, 1e-6, 1.0 - 1e-6))
     grid = np.asarray(grid, dtype=float)
-    from scipy import stats  # imported on use: importing scipy.stats costs ~1 s of CPU in every notebook kernel
-
-    ll = np.array([stats.betabinom.logpmf(k, n, kappa * c, kappa * (1.0 - c)).sum() for kappa in grid])
+    ll = np.array([np.sum(betabinom_logpmf(k, n, kappa * c, kappa * (1.0 - c))) for kappa in grid])
     best = np.flatnonzero(ll >= ll.max() - 1e-9)
     return float(grid[best.max()])
 

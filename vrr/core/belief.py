@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import expit, xlogy
 
+from ..common import fpmath
+
 
 def vote_log_likelihoods(S, M: int, rho0, rho1):
     """Log-likelihood of S accepts out of M under y=1 and under y=0, without the binomial
@@ -42,8 +44,8 @@ def posterior_from_log_likelihoods(prior, ll_valid, ll_invalid):
     caller filtering many parameter points that share (rho0, rho1) computes them once."""
     prior = np.asarray(prior, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        log_num = np.log(prior) + ll_valid
-        log_alt = np.log1p(-prior) + ll_invalid
+        log_num = fpmath.log(prior) + ll_valid
+        log_alt = fpmath.log1p(-prior) + ll_invalid
         log_odds = log_num - log_alt
         post = expit(log_odds)
     both_impossible = np.isneginf(log_num) & np.isneginf(log_alt)

@@ -1,6 +1,8 @@
 """VRR-Guard: guarded keep-best fallback (Sec. 4.3, Eq. 9, Lemma 1; App. A "Proof of Lemma 1")."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -57,7 +59,7 @@ def hoeffding_bound(M: int, j: float, delta: float) -> float:
     """Lemma 1 single-round bound exp(-(M J + delta)^2 / (2M)), valid for J >= 0."""
     if j < 0:
         raise ValueError("Lemma 1 assumes J >= 0")
-    return float(np.exp(-((M * j + delta) ** 2) / (2.0 * M)))
+    return math.exp(-((M * j + delta) ** 2) / (2.0 * M))
 
 
 def union_bound(M: int, j: float, delta: float, k_max: int) -> float:

@@ -65,8 +65,9 @@ def bootstrap_means(values, n_resamples: int = N_RESAMPLES, seed: int = 0) -> np
     """Bootstrap distribution of row means, [P, B], from one shared resampling of instances.
 
     Each resample draws N instance indices with replacement (as scipy.stats.bootstrap does);
-    their per-instance counts W [B, N] turn the resampled means of all P rows into one matrix
-    product, so every row (and every difference of rows) sees the same resamples.
+    their per-instance counts W [B, N] give the resampled means of all P rows, so every row (and every
+    difference of rows) sees the same resamples. Each mean is an element-wise product summed by ``np.sum``,
+    not a matrix product: BLAS kernels and threads order a sum differently on each CPU.
     """
     values = np.atleast_2d(np.asarray(values, dtype=float))
     n = values.shape[1]
@@ -75,7 +76,8 @@ def bootstrap_means(values, n_resamples: int = N_RESAMPLES, seed: int = 0) -> np
     idx = np.random.default_rng(seed).integers(0, n, (n_resamples, n), dtype=np.int64)
     idx += (np.arange(n_resamples, dtype=np.int64) * n)[:, None]
     counts = np.bincount(idx.ravel(), minlength=n_resamples * n).reshape(n_resamples, n)
-    return values @ counts.T.astype(float) / n
+    counts = counts.astype(float)
+    return np.stack([np.sum(counts * row, axis=1) for row in values]) / n
 
 
 def percentile_interval(draws: np.ndarray, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
