@@ -22,7 +22,6 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -31,7 +30,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from vrr.loop.store import read_part, unique_by_index  # noqa: E402  (pure Python: no engine import)
+from vrr.loop.store import (RunPaths, RunStoreError, folder_problem, read_part,  # noqa: E402  (no engine import)
+                            read_stored_config, unique_by_index)
 # the engine venv `make engine-env` builds
 DEFAULT_VENV_PY = Path(os.environ.get("VRR_VENV", Path.home() / ".cache" / "vrr" / "venv-vllm-cpu")) / "bin" / "python"
 
@@ -50,8 +50,14 @@ def main() -> int:
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1:] if "--" in argv else []  # after --: passed to python -m vrr generate
     a = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    if a.chunk < 0:
+        ap.error(f"--chunk: a number of instances >= 0 (0: run each setting to the end), got {a.chunk}")
     if a.turns < 0 or (a.turns and a.chunk <= 0):
         ap.error("--turns: a positive number of turns, with --chunk (a run without chunks has no turns)")
+    for flag, folder in (("--out-root", a.out_root), ("--log-dir", a.log_dir)):
+        problem = folder_problem(folder)
+        if problem:
+            ap.error(f"{flag} {folder}: {problem}")
     Path(a.log_dir).mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                PYTHONUNBUFFERED="1")
@@ -77,12 +83,11 @@ def main() -> int:
         return rc_all
 
     def remaining(name, phase):
-        d = Path(a.out_root) / name
-        cfgp = d / "config.json"
-        if not cfgp.exists():
+        paths = RunPaths(a.out_root, name)
+        if not paths.config.exists():
             return None  # not started yet
-        cfg = json.loads(cfgp.read_text())
-        part = d / ("probe.part.jsonl" if phase == "probe" else "trajectories.part.jsonl")
+        cfg = read_stored_config(paths)  # a corrupt config.json: a RunStoreError naming it
+        part = paths.probe_part if phase == "probe" else paths.traj_part
         done = len(unique_by_index(read_part(part, repair=False)))
         total = cfg["n"] if phase == "traj" else (0 if cfg.get("probe_from") else cfg.get("probe_n", 0))
         return max(0, total - done)
@@ -115,4 +120,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except RunStoreError as exc:
+        print(f"[run_generation] error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -311,6 +311,10 @@ def _set(meta: dict, dotted: str, value):
     ("validity_by_round", [0.5, 0.5, 0.5], "meta.validity_by_round", "4 rounds"),
     ("validity_by_round", [0.0, 0.0, 0.0, 0.0], "meta.validity_by_round", "round 0"),
     ("accept_rate_by_round", [0.5] * 5, "meta.accept_rate_by_round", "4 rounds"),
+    ("N", 7, "meta.N", "says 7, the arrays have 12"),
+    ("N", "12", "meta.N", "says '12'"),
+    ("K", 2, "meta.K", "says 2, the arrays have 3"),
+    ("Np", 9, "meta.Np", "says 9, the arrays have 10"),
 ])
 def test_every_meta_field_that_restates_the_arrays_is_checked(tmp_path, dotted, value, field, words):
     s = _run_setting()
@@ -320,6 +324,14 @@ def test_every_meta_field_that_restates_the_arrays_is_checked(tmp_path, dotted, 
     arrays["meta"] = np.asarray(json.dumps(meta))
     path = _write_members(tmp_path / "run" / "arrays.npz", [(f"{k}.npy", v) for k, v in arrays.items()])
     _refused(path, field, words)
+
+
+def test_meta_sizes_that_agree_with_the_arrays_load(tmp_path):
+    s = _run_setting()
+    s.meta.update(N=12, K=3, Np=10)
+    assert load_setting(save_setting(tmp_path / "run" / "arrays.npz", s)).meta["N"] == 12
+    no_probe = Setting(S=s.S, y=s.y, M=8, meta={"N": 12, "Np": 0})
+    assert load_setting(save_setting(tmp_path / "np" / "arrays.npz", no_probe)).probe_S is None
 
 
 def test_a_run_file_in_another_runs_folder_is_refused(tmp_path):

@@ -51,3 +51,30 @@ def test_turns_stop_the_run_between_chunks(tmp_path):
 def test_turns_without_chunks_is_an_error(tmp_path):
     proc, calls = _run(tmp_path, "--turns", "2")
     assert proc.returncode == 2 and "--turns" in proc.stderr and calls == []
+
+
+def test_a_negative_chunk_is_an_error(tmp_path):
+    proc, calls = _run(tmp_path, "--chunk", "-5")
+    assert proc.returncode == 2 and "--chunk: a number of instances >= 0" in proc.stderr and calls == []
+
+
+def test_an_out_root_that_is_a_file_is_an_error(tmp_path):
+    a_file = tmp_path / "passwd"
+    a_file.write_text("x\n")
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "run_generation.py"), "--python", sys.executable,
+                           "--log-dir", str(tmp_path / "logs"), "--out-root", str(a_file), SETTING],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and f"--out-root {a_file}: {a_file} is a file, not a folder" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "logs").exists()
+
+
+def test_a_corrupt_config_json_is_an_error_naming_it(tmp_path):
+    run_dir = tmp_path / "real" / SETTING
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text('{"n": ')
+    exe = _stand_in_python(tmp_path)
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "run_generation.py"), "--python", str(exe),
+                           "--log-dir", str(tmp_path / "logs"), "--out-root", str(tmp_path / "real"),
+                           "--chunk", "4", SETTING], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert f"{run_dir / 'config.json'}: not valid JSON" in proc.stderr

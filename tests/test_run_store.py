@@ -337,3 +337,108 @@ def test_the_lock_is_released_when_its_holder_is_killed(tmp_path):
     with run_lock(lock) as me:  # the kernel released the dead holder's lock
         assert me["pid"] == os.getpid() and json.loads(lock.read_text())["pid"] == os.getpid()
     assert lock.read_text() == ""  # released: no holder recorded
+
+
+# ---- user errors through the CLI: one line naming the field, status 2, no traceback, no engine ----------
+
+
+def cli(*args, timeout=300):
+    """``python -m vrr generate gsm8k_cpu_favorable`` on a small window with the fake backend."""
+    cmd = [sys.executable, "-m", "vrr", "generate", "gsm8k_cpu_favorable", "--backend", "fake", "--n", str(N),
+           "--probe-n", "0", "--set", "K_max=1", "--set", "M=2", "--no-progress", *args]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def assert_one_line_error(out, *words):
+    assert out.returncode == 2, (out.returncode, out.stdout[-500:], out.stderr[-2000:])
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in out.stderr, out.stderr[-2000:]
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def test_a_probe_from_naming_nothing_is_refused_through_the_cli(tmp_path):
+    out = cli("--run-name", "t_pf", "--out-root", str(tmp_path), "--set", "probe.from=no_such_setting")
+    line = assert_one_line_error(out, "field 'probe.from'", "'no_such_setting'", "no_such_setting.yaml",
+                                 str(tmp_path / "no_such_setting" / "config.json"))
+    assert line.startswith(f"error: {tmp_path / 't_pf'}: ")
+    assert not (tmp_path / "t_pf" / "config.json").exists()
+    assert not list((tmp_path / "t_pf").glob("*.part.jsonl"))
+
+
+def test_a_window_past_the_dataset_is_refused_through_the_cli(tmp_path):
+    out = cli("--run-name", "t_ws", "--out-root", str(tmp_path), "--set", "window.start=1000000")
+    assert_one_line_error(out, "setting 't_ws'", "field 'window.start'", "start=1000000", "1319 problems")
+    out = cli("--run-name", "t_ws", "--out-root", str(tmp_path), "--set", "window.start=1317")
+    assert_one_line_error(out, "field 'window.N'", "start=1317 n=4 ends at index 1320")
+    assert not (tmp_path / "t_ws" / "config.json").exists()
+
+
+def test_an_out_root_that_is_a_file_is_refused_through_the_cli(tmp_path):
+    a_file = tmp_path / "passwd"
+    a_file.write_text("root:x:0:0\n")
+    out = cli("--run-name", "t_or", "--out-root", str(a_file))
+    assert_one_line_error(out, f"{a_file} is a file, not a folder", "--out-root")
+    out = cli("--run-name", "t_or", "--out-root", str(a_file), "--finalize-only")
+    assert_one_line_error(out, f"{a_file} is a file, not a folder", "--out-root")
+    assert a_file.read_text() == "root:x:0:0\n"
+
+
+@pytest.mark.parametrize("where", ["file", "under_file", "unwritable"])
+def test_an_unusable_out_root_names_what_is_in_the_way(tmp_path, where):
+    a_file = tmp_path / "f"
+    a_file.write_text("")
+    root, words = {"file": (a_file, f"{a_file} is a file"), "under_file": (a_file / "x" / "y", f"{a_file} is a file"),
+                   "unwritable": (Path("/proc/sys"), "/proc/sys is not writable")}[where]
+    engine = FakeEngine(TASK)
+    with pytest.raises(RunStoreError, match="cannot create the run's lock: " + words) as caught:
+        generate(small_cfg("t_or"), root, engine=engine)
+    assert caught.value.path == root / "t_or" / "generate.lock" and engine.calls == []
+    with pytest.raises(RunStoreError, match=str(root / "t_or" / "config.json")):
+        finalize_setting(RunPaths(root, "t_or"), small_cfg("t_or"))
+
+
+def test_a_window_past_the_dataset_names_the_settings_field(tmp_path):
+    from vrr.loop.store import WindowError
+
+    for over, field in (({"window.start": 5000}, "window.start"), ({"window.start": 1316}, "window.N"),
+                        ({"probe.n": 2, "probe.start": 9000}, "probe.start"),
+                        ({"probe.n": 4, "probe.start": 7471}, "probe.n")):
+        engine = FakeEngine(TASK)
+        with pytest.raises(WindowError, match=rf"setting 't_past': field '{field}': "):
+            generate(small_cfg("t_past", **over), tmp_path, engine=engine)
+        assert engine.calls == []
+
+
+@pytest.mark.parametrize("owner, over, words", [
+    ("t_self", {}, "is this run itself"),
+    ("sim_qwen3b_favorable", {}, "is a simulated setting"),
+    ("gsm8k_cpu_pmstress", {}, "borrows its own probe from 'gsm8k_cpu_favorable'"),
+    ("mbpp_cpu_favorable", {}, "is a run of task 'mbpp'"),
+    ("t_owner", {"probe.n": 0}, "has no probe of its own"),
+    ("t_owner", {"probe.from": "gsm8k_cpu_favorable"}, "borrows its own probe"),
+])
+def test_a_probe_from_that_owns_no_probe_is_refused_before_any_engine(tmp_path, owner, over, words):
+    if owner == "t_owner":  # an owner run that exists: its config.json decides
+        generate(small_cfg("t_owner", **over), tmp_path, limit=1)
+    engine = FakeEngine(TASK)
+    cfg = small_cfg("t_self", **{"probe.from": owner, "probe.n": 2})
+    with pytest.raises(RunStoreError, match=rf"field 'probe.from': '{owner}' {words}") as caught:
+        generate(cfg, tmp_path, engine=engine)
+    assert caught.value.path == tmp_path / "t_self" and engine.calls == []
+    assert not (tmp_path / "t_self" / "config.json").exists()
+
+
+def test_a_probe_from_naming_a_setting_or_an_owner_run_is_accepted(tmp_path):
+    generate(small_cfg("t_borrower", **{"probe.from": "gsm8k_cpu_favorable"}), tmp_path)  # its run not started
+    generate(small_cfg("t_owner", **{"probe.n": 2, "probe.start": 0}), tmp_path)
+    paths = generate(small_cfg("t_pm", **{"probe.from": "t_owner"}), tmp_path)
+    assert finalize_setting(paths, small_cfg("t_pm", **{"probe.from": "t_owner"})) == "complete"
+
+
+def test_a_changed_protocol_is_a_run_store_error_naming_config_json(tmp_path):
+    paths = generate(small_cfg(), tmp_path, limit=2)
+    with pytest.raises(RunStoreError, match=r"'M': stored 2, requested 3") as caught:
+        generate(small_cfg(M=3), tmp_path)
+    assert caught.value.path == paths.config

@@ -202,3 +202,40 @@ def test_the_cli_runs_shards_and_the_last_one_finalizes(tmp_path):
     assert [o.stdout.strip().splitlines()[-1] for o in outs] == ["partial", "complete"]
     bad = subprocess.run(common + ["--shard", "2/2"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "shard index must be 0..1" in bad.stderr
+
+
+def test_a_window_missing_a_shard_names_it_and_its_instances(tmp_path):
+    """Shards 0/3 and 1/3 ran, 2/3 did not: what is missing is named by shard, as index ranges."""
+    from vrr.label.labeling import stored_window
+    from vrr.loop.store import missing_instances
+
+    cfg = cfg_of(**{"window.N": 30, "probe.n": 6, "probe.start": 40})
+    root = tmp_path / "run"
+    generate(cfg, root, shard=Shard(0, 3))
+    generate(cfg, root, shard=Shard(1, 3), limit=3)  # its probe (2 plans) and the first of its instances
+    paths = RunPaths(root, cfg.setting)
+    assert finalize_setting(paths, cfg) == "partial"
+    stored = stored_window(paths, cfg, root)
+    traj = missing_instances(paths.traj_part, stored.traj_want, [r["index"] for r in stored.traj])
+    assert traj == ("19 of 30 trajectories missing: shard 1/3 (ran, incomplete): 9, indices 7..31 step 3; "
+                    "shard 2/3 (never ran: no part file): 10, indices 5..32 step 3")
+    probe = missing_instances(paths.probe_part, stored.probe_want, [r["index"] for r in stored.probe])
+    assert probe == "2 of 6 probe plans missing: shard 2/3 (never ran: no part file): 2, indices 41, 44"
+    generate(cfg, root, shard=Shard(1, 3))
+    generate(cfg, root, shard=Shard(2, 3))
+    stored = stored_window(paths, cfg, root)
+    assert missing_instances(paths.traj_part, stored.traj_want, [r["index"] for r in stored.traj]) == ""
+    assert finalize_setting(paths, cfg) == "complete"
+
+
+def test_missing_instances_of_an_unsharded_run_are_ranges(tmp_path):
+    from vrr.loop.store import index_ranges, missing_instances
+
+    cfg = cfg_of()
+    paths = generate(cfg, tmp_path, limit=5 + 2)  # the probe's 5 plans, then instances 3 and 4
+    done = [json.loads(line)["index"] for line in paths.traj_part.read_text().splitlines()]
+    assert done == [3, 4]
+    assert missing_instances(paths.traj_part, range(3, 10), done) == \
+        "5 of 7 trajectories missing: indices 5..9"
+    assert index_ranges([1, 2, 3, 5, 7, 9, 10]) == "1..3, 5, 7, 9, 10"
+    assert index_ranges([2, 5, 8, 11, 20], step=3) == "2..11 step 3, 20"

@@ -285,8 +285,11 @@ def check_config(paths: RunPaths, cfg: RunConfig) -> None:
     """
     check_probe_owner(paths, cfg)
     if not paths.config.exists():
-        paths.dir.mkdir(parents=True, exist_ok=True)
-        write_record_json(paths.config, cfg.to_json())
+        try:
+            paths.dir.mkdir(parents=True, exist_ok=True)
+            write_record_json(paths.config, cfg.to_json())
+        except OSError as exc:
+            raise _folder_error(paths.config, "write it", exc) from None
         return
     stored_raw = read_stored_config(paths)
     stored = from_stored(stored_raw, str(paths.config))
@@ -692,8 +695,8 @@ def missing_instances(part: Path, want: Iterable[int], done: Iterable[int]) -> s
     missing = sorted(want - set(done))
     if not missing:
         return ""
-    kind = _part_kind(part) or "window"
-    head = f"{len(missing)} of {len(want)} {kind} instances missing"
+    what = {"trajectories": "trajectories", "probe": "probe plans"}.get(_part_kind(part), "instances")
+    head = f"{len(missing)} of {len(want)} {what} missing"
     shards = [shard_of_file(p) for p in RunPaths(part.parent.parent, part.parent.name).shard_files(part.name)]
     counts = sorted({s.count for s in shards})
     if len(counts) != 1:  # no shards, or shards of several splits: the indices alone
@@ -705,8 +708,7 @@ def missing_instances(part: Path, want: Iterable[int], done: Iterable[int]) -> s
         share = [i for i in missing if i % count == index]
         if share:
             state = "ran, incomplete" if index in ran else "never ran: no part file"
-            groups.append(f"shard {index}/{count} ({state}): {len(share)} instances, indices "
-                          f"{index_ranges(share, count)}")
+            groups.append(f"shard {index}/{count} ({state}): {len(share)}, indices {index_ranges(share, count)}")
     return f"{head}: " + "; ".join(groups)
 
 
