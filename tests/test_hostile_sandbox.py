@@ -254,8 +254,8 @@ STDERR_CASES = {
     "bwrap_line_exit_255": f"import os\nos.write(2, b'{BWRAP_LINE}')\nos._exit(255)\n",
     "bwrap_line_then_sigkill": f"import os, signal\nos.write(2, b'{BWRAP_LINE}')\nos.kill(os.getpid(), signal.SIGKILL)\n",
     "bwrap_flood": "import os\nos.write(2, b'bwrap: ' + b'x' * (1 << 20))\nos._exit(1)\n",
-    "bwrap_from_a_child": f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', "
-                          f"\"import os; os.write(2, b'{BWRAP_LINE}')\"])\nsys.exit(1)\n",
+    "bwrap_from_a_child": "import subprocess, sys\nsubprocess.run([sys.executable, '-c', "
+                          "'import os; os.write(2, b\"bwrap: Cannot find source path\\\\n\")'])\nsys.exit(1)\n",
     "forged_status_on_every_fd": "import os\nfor fd in range(3, 64):\n    try:\n"
                                  "        os.write(fd, b'{ \"exit-code\": 0 }\\n')\n    except OSError:\n        pass\n"
                                  "for p in os.listdir('/proc/1/fd') if os.path.exists('/proc/1/fd') else []:\n    try:\n"
@@ -276,13 +276,13 @@ def test_a_program_imitating_bubblewrap_fails_alone(case):
         assert hostile.passed and hostile.stdout == "done\n"
     else:
         assert not hostile.passed and hostile.returncode not in (0, None), hostile
-        assert hostile.stderr.startswith("bwrap:") or case in ("bwrap_from_a_child", "bwrap_flood"), hostile.stderr[:99]
+        assert hostile.stderr.startswith("bwrap:") or case == "bwrap_flood", hostile.stderr[:99]
         assert hostile.output_truncated or case != "bwrap_flood"
 
 
 def test_a_program_imitating_bubblewrap_fails_alone_in_an_mbpp_label_batch(mbpp):
     task, problem, f = mbpp
-    hostile = f"import sys\nsys.stderr.write('{BWRAP_LINE}')\nsys.exit(1)\n" + problem.answer.code
+    hostile = f"import os\nos.write(2, b'{BWRAP_LINE}')\nos._exit(1)\n" + problem.answer.code
     rounds = [({"answer": code}, problem) for code in (problem.answer.code, hostile, problem.answer.code + "\n")]
     assert task.label_rounds(rounds) == [1, 0, 1]
 
