@@ -19,20 +19,29 @@ SETTING = "sim_qwen3b_pmstress"
 
 
 def _kill_make_during_06(results, mark, sig):
-    """Start ``make reproduce``, send ``sig`` to make while 06's kernel computes, check nothing survives."""
-    env = dict(os.environ, VRR_TEST_MARK=mark)
+    """Start ``make reproduce``, send ``sig`` to make while 06's kernel computes, check nothing survives.
+
+    The runner logs each notebook as it starts (``VRR_NOTEBOOK_STARTED_LOG``): the test waits for 06's line,
+    an event that stays, rather than for its temporary output, which a fast 06 renames before a poll sees it.
+    06 cannot finish first: its flip grid (200 replications per J, no cache) takes minutes."""
+    started = results.parent / f"started-{mark}.log"
+    (results / "flip_grid.npz").unlink(missing_ok=True)
+    env = dict(os.environ, VRR_TEST_MARK=mark, VRR_NOTEBOOK_STARTED_LOG=str(started))
     cmd = ["make", "--no-print-directory", "reproduce", f"RESULTS={results}", f"SETTINGS={SETTING}",
            f"RESAMPLES={CHAIN_RESAMPLES}", "FLIP_REPS=200", "FLIP_EVAL=500"]   # a slow 06: the flip grid
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     run = RunProcesses(mark)
     deadline = time.time() + 600
-    while not (results / "06_figures.ipynb.tmp.ipynb").exists():
+
+    def kernel_runs_06():
+        return (started.is_file() and str(results / "06_figures.ipynb") in started.read_text().splitlines()
+                and any("ipykernel" in t["cmdline"] for t in run.scan().values()))
+
+    while not kernel_runs_06():
         assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
         assert time.time() < deadline
-        run.scan()
         time.sleep(0.2)
-    time.sleep(3)  # 06 is running: its kernel is computing
-    assert any("ipykernel" in t["cmdline"] for t in run.scan().values()), "06's kernel is not a member of the run"
+    assert started.read_text().splitlines()[-1] == str(results / "06_figures.ipynb")   # 06 is the last to start
     os.kill(proc.pid, sig)
     proc.wait(timeout=60)
     assert proc.returncode != 0

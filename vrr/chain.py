@@ -303,6 +303,10 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
     stop the kernel, and the death of the parent (``make``, by any signal) sends SIGTERM
     (:func:`die_with_parent`), so killing ``make`` stops the whole run and leaves no output that looks
     complete. Returns the exit status (0 on success, 1 on a failed notebook, 130 on a signal).
+
+    When the environment variable ``VRR_NOTEBOOK_STARTED_LOG`` names a file, the output path of each notebook
+    is appended to it, one line, as its kernel starts executing it: tests wait on that line to act while a
+    given notebook runs (tests/test_make_signals.py).
     """
     import shutil
     import signal
@@ -332,6 +336,7 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
     socket_dir = tempfile.mkdtemp(prefix="vrr-kernel-")
     km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(socket_dir, "kernel"))
     state: dict[str, Any] = {"current": None, "error": None}
+    started_log = os.environ.get("VRR_NOTEBOOK_STARTED_LOG")
 
     def execute_all():
         # Runs in a worker thread: nbclient's own SIGTERM handler (installed only from the main thread)
@@ -342,6 +347,9 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
                 if i:
                     _reset_kernel(km, run)
                 print(f"[papermill] {run.notebook.name} -> {run.output}", flush=True)
+                if started_log:
+                    with open(started_log, "a") as fh:
+                        fh.write(f"{run.output}\n")
                 tmp = run.output.with_name(run.output.name + ".tmp.ipynb")
                 papermill.execute_notebook(str(run.notebook), str(tmp), parameters=run.parameters,
                                            cwd=str(cwd or REPO_ROOT), progress_bar=False, log_output=False, km=km)
