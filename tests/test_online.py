@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from vrr.calibration.identifiability import PARAM_NAMES, error_radius
-from vrr.core.belief import filter_beliefs, gain
+from vrr.core.belief import belief_update, filter_beliefs, gain, predict
 from vrr.policies import rules as P
 from vrr.policies.online import ControllerStateError, Decision, OnlineController
 from vrr.policies.sequential import fold_controllers, run_controller
@@ -362,7 +362,12 @@ def test_token_budget_needs_token_counts_and_stops_at_the_budget():
         ctl.observe([0, 0], tokens=[10, 10])
     ctl.add_vote(0, tokens=10)
     d = ctl.decide()
-    assert d.committed and d.candidate == 0 and d.tokens == 50 and d.verifier_calls == 5
+    # Stop mode: the judged plan with the highest posterior; one reject on the repaired plan (alpha = 0.4)
+    # leaves it likelier valid than the first plan with 1 of 4 accepts
+    b0 = belief_update(0.5, 1, 4, 0.3, 0.2)
+    b1 = belief_update(predict(b0, 0.4, 0.25), 0, 1, 0.3, 0.2)
+    assert b1 > b0 and d.belief == pytest.approx(b1)
+    assert d.committed and d.candidate == 1 and d.tokens == 50 and d.verifier_calls == 5
 
 
 def test_repair_cost_sets_tau_and_the_cost_aware_boundary():
@@ -394,3 +399,128 @@ def test_algorithm1_stop_mode_commit_round_ends_early():
     d = ctl.decide()
     assert n < 8 and d.committed and d.mode == "stop"
     assert fixed.observe([1] * 8).candidate == d.candidate == 0
+
+
+# ------------------------------------------------------------------ every call takes effect whole or not at all
+def test_too_few_votes_are_refused_whole_and_the_full_round_then_goes_through():
+    ctl = OnlineController.from_parameters(M=8, k_max=3, rho0=0.3, rho1=0.2, alpha=0.4, beta=0.25, pi=0.5)
+    before = ctl.to_json()
+    with pytest.raises(ValueError, match=r"field 'votes': 7 vote\(s\) leave the round at 7 of M=8.*send the "
+                                         r"round's 8 remaining votes"):
+        ctl.observe([1] * 7)
+    assert ctl.to_json() == before
+    assert ctl.observe([1] * 8).votes == 8
+
+
+_CALLS = st.one_of(
+    st.tuples(st.just("observe"), st.lists(st.sampled_from([0, 1, 1, 0, 2]), max_size=10)),
+    st.tuples(st.just("observe_count"), st.integers(-1, 9)),
+    st.tuples(st.just("add_vote"), st.sampled_from([0, 1, 2, True])),
+    st.tuples(st.just("decide"), st.none()),
+    st.tuples(st.just("start"), st.none()),
+)
+
+
+@given(config=st.fixed_dictionaries({
+    "M": st.sampled_from([1, 3, 4, 8]), "policy": st.sampled_from(["vrr_stop", "vrr_guard", "algorithm1"]),
+    "sequential": st.sampled_from(["off", "exact", "sprt"]), "budget_calls": st.sampled_from([None, 5, 11])}),
+    calls=st.lists(_CALLS, max_size=15))
+@settings(max_examples=60, deadline=None)
+def test_observe_observe_count_and_add_vote_take_effect_whole_or_not_at_all(config, calls):
+    """Over random call sequences: a refused call leaves to_json() byte-identical; an accepted observe
+    (observe_count) equals add_vote for every vote followed by decide() on a copy."""
+    box = {name: (0.05, 0.6) for name in PARAM_NAMES}
+    extra = dict(intervals=box, j_hat=0.4, grid=2) if config["policy"] == "algorithm1" else {}
+    ctl = OnlineController.from_parameters(k_max=3, rho0=0.2, rho1=0.15, alpha=0.35, beta=0.1, pi=0.4,
+                                           **config, **extra)
+    for name, arg in calls:
+        before = ctl.to_json()
+        twin = OnlineController.from_json(before) if name.startswith("observe") else None
+        try:
+            out = getattr(ctl, name)(*(() if arg is None else (arg,)))
+        except (ValueError, RuntimeError):
+            assert ctl.to_json() == before, f"{name}({arg!r}) was refused but changed the state"
+            continue
+        if name in ("observe", "observe_count"):
+            votes = list(arg) if name == "observe" else [1] * arg + [0] * (twin.M - twin.to_dict()["state"]["votes"] - arg)
+            for v in votes:
+                twin.add_vote(v)
+            assert repr(twin.decide()) == repr(out) and twin.to_json() == ctl.to_json()
+
+
+def test_an_unknown_option_names_the_field_and_the_nearest_one():
+    from vrr.policies.online import UnknownOptionError
+
+    params = dict(M=4, k_max=3, rho0=0.3, rho1=0.2, alpha=0.4, beta=0.25, pi=0.5)
+    for make in (lambda **kw: OnlineController(**params, **kw), lambda **kw: OnlineController.from_parameters(**params, **kw),
+                 lambda **kw: OnlineController.from_calibration("examples/calibration_small.json", **kw)):
+        with pytest.raises(UnknownOptionError, match=r"field 'budget_call': not an option of OnlineController; did "
+                                                     r"you mean 'budget_calls'\?"):
+            make(budget_call=10)
+    assert issubclass(UnknownOptionError, ValueError) and issubclass(UnknownOptionError, TypeError)
+
+
+# ------------------------------------------------------------------ what a spent budget returns
+@pytest.mark.parametrize("M", [4, 6, 8])
+def test_a_spent_budget_in_stop_mode_returns_the_judged_plan_with_the_highest_posterior(M):
+    """A rejected first plan (0 of M), a middling repair (M/2 of M, G > 0: repair), the budget spent after two
+    rejects in round 2: VRR-Stop returns round 1, the plan with the highest Eq. 5 posterior (Eq. 9 with
+    delta = 5 would keep p_0, which the votes make near-certainly invalid)."""
+    p = dict(rho0=0.3, rho1=0.2, alpha=0.5, beta=0.02, pi=0.3)
+    b0 = belief_update(p["pi"], 0, M, p["rho0"], p["rho1"])
+    b1 = belief_update(predict(b0, p["alpha"], p["beta"]), M // 2, M, p["rho0"], p["rho1"])
+    b2 = belief_update(predict(b1, p["alpha"], p["beta"]), 0, 2, p["rho0"], p["rho1"])
+    assert b1 > b2 > b0 and gain(b1, p["alpha"], p["beta"]) > 0
+    ctl = OnlineController.from_parameters(M=M, k_max=5, policy="vrr_stop", budget_calls=2 * M + 2, **p)
+    assert ctl.observe([0] * M).action == "repair"
+    assert ctl.observe([1] * (M // 2) + [0] * (M - M // 2)).action == "repair"
+    ctl.add_vote(0)
+    ctl.add_vote(0)
+    d = ctl.decide()
+    assert d.committed and d.candidate == 1 and f"highest posterior (round 1, b = {b1:.3f}" in d.reason, d.reason
+
+
+@pytest.mark.parametrize("M", [4, 6, 8])
+def test_a_spent_budget_in_guard_mode_returns_keep_best_with_delta_scaled_to_M(M):
+    """Guard returns Eq. 9's incumbent with the default delta = ceil(5 M / 8) (3, 4, 5): a repair with M - 1 of
+    M accepts over a first plan with none replaces it at every M (with delta = 5 at M = 4 nothing could)."""
+    from vrr.policies.online import default_delta
+
+    assert default_delta(M) == {4: 3, 6: 4, 8: 5}[M] and M - 1 >= default_delta(M)
+    ctl = OnlineController.from_parameters(M=M, k_max=5, policy="vrr_guard", budget_calls=2 * M + 2,
+                                           rho0=0.25, rho1=0.2, alpha=0.35, beta=0.1, pi=0.4)
+    ctl.observe([0] * M)
+    ctl.observe([1] * (M - 1) + [0])
+    ctl.add_vote(0)
+    ctl.add_vote(0)
+    d = ctl.decide()
+    assert d.committed and d.candidate == 1 and "keep-best incumbent (round 1" in d.reason, d.reason
+
+
+def test_guard_keeps_the_first_plan_when_no_repair_earns_the_margin():
+    ctl = OnlineController.from_parameters(M=4, k_max=5, rho0=0.25, rho1=0.2, alpha=0.35, beta=0.1, pi=0.4,
+                                           policy="vrr_guard", budget_calls=10)
+    ctl.observe([1, 1, 0, 0])
+    d = ctl.observe([1, 1, 1, 1])           # 4 < 2 + delta(4) = 5: no replacement
+    assert ctl.config["delta"] == 3
+    for v in (1, 1):
+        ctl.add_vote(v)
+    d = ctl.decide()
+    assert d.committed and d.candidate == 0 and "keep-best incumbent (round 0" in d.reason
+
+
+# ------------------------------------------------------------------ one source for the mode
+@pytest.mark.parametrize("policy", ["algorithm1", "vrr_stop", "vrr_guard"])
+@pytest.mark.parametrize("j_hat", [0.02, 0.5])
+def test_the_planned_mode_is_the_mode_the_first_round_runs_in(policy, j_hat):
+    from vrr.policies.online import planned_mode
+
+    box = {name: (0.05, 0.6) for name in PARAM_NAMES}
+    ctl = OnlineController.from_parameters(M=4, k_max=3, rho0=0.3, rho1=0.2, alpha=0.4, beta=0.25, pi=0.5,
+                                           policy=policy, intervals=box, j_hat=j_hat)
+    mode, reason = planned_mode(policy, j_hat, 0.10)
+    assert ctl.mode == mode and ctl.to_dict()["state"]["reason"] == reason
+    expected = {"vrr_stop": "stop", "vrr_guard": "guard", "algorithm1": "stop" if j_hat >= 0.1 else "guard"}[policy]
+    assert mode == expected
+    if policy != "algorithm1" and expected != ("stop" if j_hat >= 0.1 else "guard"):
+        assert "as asked, although the labeled J-hat" in reason

@@ -2,6 +2,7 @@
 of simulated loops, picks Guard when the votes do not separate the classes, saves and reloads exactly, refuses
 bad input and bad files naming the field; the shipped example is what its generator writes."""
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -130,7 +131,8 @@ def test_from_unlabeled_em_recovers_the_noise():
     sim, data = _data(truth, n=800)
     ctl = OnlineController.from_unlabeled(counts=data["votes"], repairs=data["repairs"], M=8, k_max=5)
     r = ctl.calibration_report
-    assert r.method == "binomial_em" and r.j_hat is None and r.mode == "stop" and "label-free" in r.reason
+    assert r.method == "binomial_em" and r.j_hat is None and r.mode == "stop"
+    assert r.reason == ctl.to_dict()["state"]["reason"]        # the report states what runs
     assert r.rho0 == pytest.approx(0.2, abs=0.03) and r.rho1 == pytest.approx(0.1, abs=0.03)
     assert r.pi == pytest.approx(0.5, abs=0.06) and ctl.policy == "vrr_stop"
 
@@ -152,3 +154,72 @@ def test_shipped_example_is_what_the_generator_writes(tmp_path):
     assert shipped["M"] == EXAMPLE["M"] and shipped["k_max"] == EXAMPLE["k_max"]
     ctl = OnlineController.from_calibration(REPO_ROOT / "examples" / "calibration_small.json")
     assert ctl.calibration_report.mode == "stop" and ctl.policy == "algorithm1"
+
+
+# ---------------------------------------------------------------- the report states what runs
+@pytest.mark.parametrize("policy", ["algorithm1", "vrr_stop", "vrr_guard"])
+@pytest.mark.parametrize("rho", [0.5, 0.15])   # J = 0 (Guard by the J test) and J = 0.7 (Stop)
+def test_the_report_mode_is_the_mode_the_controller_runs(policy, rho, tmp_path):
+    from vrr.policies.online_calibration import CalibrationWarning
+
+    truth = NoiseParams(rho0=rho, rho1=rho, alpha=0.35, beta=0.12, pi=0.45)
+    _, data = _data(truth, n=300, seed=2)
+    j_says = "guard" if rho == 0.5 else "stop"
+    overrides = policy != "algorithm1" and j_says != {"vrr_stop": "stop", "vrr_guard": "guard"}[policy]
+    with pytest.warns(CalibrationWarning, match="as asked, although the labeled J-hat") if overrides else \
+            _no_calibration_warning():
+        ctl = OnlineController.from_labeled(policy=policy, **data)
+    path = tmp_path / "cal.json"
+    ctl.save_calibration(path)
+    for c in (ctl, OnlineController.from_calibration(path)):
+        r = c.calibration_report
+        assert r.policy == c.policy == policy
+        assert (r.mode, r.reason) == (c.mode, c.to_dict()["state"]["reason"])
+        assert r.mode == {"vrr_stop": "stop", "vrr_guard": "guard", "algorithm1": j_says}[policy]
+    # a policy given when loading (VRRRefine.calibrate and calibrate_from_log pass theirs the same way)
+    for other in ("algorithm1", "vrr_stop", "vrr_guard"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CalibrationWarning)
+            c = OnlineController.from_calibration(path, policy=other)
+        assert (c.calibration_report.policy, c.calibration_report.mode) == (other, c.mode)
+        assert c.calibration_report.reason == c.to_dict()["state"]["reason"]
+
+
+def _no_calibration_warning():
+    import contextlib
+
+    from vrr.policies.online_calibration import CalibrationWarning
+
+    @contextlib.contextmanager
+    def guard():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", CalibrationWarning)
+            yield
+    return guard()
+
+
+def test_a_rate_no_pair_measures_is_a_stated_prior_with_a_warning():
+    from vrr.policies.online_calibration import CalibrationWarning
+
+    truth = NoiseParams(rho0=0.25, rho1=0.15, alpha=0.35, beta=0.12, pi=0.45)
+    _, data = _data(truth, n=100)
+    only_valid_before = [(1, 1)] * 9 + [(1, 0)]
+    with pytest.warns(CalibrationWarning, match=r"field 'repairs': no round-0 pair starts from an invalid plan, so "
+                                                r"nothing measures alpha.*alpha = 0.5 is the Jeffreys prior mean"):
+        r = OnlineController.from_labeled(**dict(data, repairs=only_valid_before)).calibration_report
+    assert r.alpha == 0.5 and r.rules["alpha"].startswith("prior: no invalid-before pair")
+    assert r.beta == 0.1 and r.rules["beta"] == "frequency"
+
+
+def test_the_example_generator_prints_help_and_writes_no_file(tmp_path):
+    import subprocess
+    import sys
+
+    for arg in ("--help", "-h"):
+        out = subprocess.run([sys.executable, "-m", "vrr.policies.online_calibration", arg], cwd=tmp_path,
+                             capture_output=True, text=True, env={"PYTHONPATH": str(REPO_ROOT), "PATH": ""})
+        assert out.returncode == 0 and "usage:" in out.stdout and "OUT.json" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "vrr.policies.online_calibration", "--out"], cwd=tmp_path,
+                         capture_output=True, text=True, env={"PYTHONPATH": str(REPO_ROOT), "PATH": ""})
+    assert bad.returncode == 2 and "required: OUT.json" in bad.stderr
+    assert list(tmp_path.iterdir()) == []

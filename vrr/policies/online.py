@@ -66,7 +66,7 @@ from .rules import algorithm1_step, stop_commits
 
 POLICIES = ("algorithm1", "vrr_stop", "vrr_guard")
 SEQUENTIAL = ("off", "exact", "predictive", "sprt")
-STATE_VERSION = 2
+STATE_VERSION = 3
 CONFIG_FIELDS = ("M", "k_max", "rho0", "rho1", "alpha", "beta", "pi", "policy", "delta", "tau", "repair_cost",
                  "value", "intervals", "j_hat", "j_min", "stop_mode", "grid", "sequential", "error_rate",
                  "budget_calls", "budget_tokens", "source")
@@ -74,6 +74,60 @@ CONFIG_FIELDS = ("M", "k_max", "rho0", "rho1", "alpha", "beta", "pi", "policy", 
 # floating-point beliefs stay far from the breakpoints' resolution: parameters inside [LIM, 1 - LIM],
 # boundaries |logit b*| <= LOGIT_MAX, and a margin EPS (log-odds) around every breakpoint.
 _LIM, _LOGIT_MAX, _EPS = 1e-4, 15.0, 1e-5
+# Eq. 9's retention margin: the paper's replay-tuned delta = 5 at M = 8 (App. I). Left out, delta keeps that
+# share of a round's votes, ceil(5 M / 8): with delta = 5 at M <= 4 no later plan could ever replace p_0.
+PAPER_DELTA, PAPER_M = 5, 8
+
+
+def default_delta(M: int) -> int:
+    """Eq. 9's retention margin for M votes per round when none is given: ceil(5 M / 8), the paper's
+    delta = 5 at M = 8 (App. I) as the same share of a round's votes (3 at M = 4, 4 at M = 6)."""
+    return max(1, -(-PAPER_DELTA * int(M) // PAPER_M))
+
+
+def planned_mode(policy: str, j_hat: float | None = None, j_min: float = 0.10, stop_mode: bool | None = None,
+                 j_ci: tuple | None = None) -> tuple[str, str]:
+    """The mode a controller starts each problem in, and why: the one definition behind the controller's
+    first decision and every calibration report (``CalibrationReport.mode`` / ``reason``).
+
+    ``"vrr_stop"``: Stop (Sec. 4.1); ``"vrr_guard"``: Guard (Sec. 4.3); ``"algorithm1"``: Stop when the
+    labeled J-hat >= J_min, else Guard (Algorithm 1 line 1), or the given ``stop_mode``. Under VRR-Stop or
+    VRR-Guard a J-hat that would have chosen the other mode is named in the reason.
+    """
+    ci = f" (95% CI {j_ci[0]:.3f}..{j_ci[1]:.3f})" if j_ci is not None else ""
+    j_says = None
+    if j_hat is not None and not math.isnan(j_hat):
+        j_says = "stop" if j_hat >= j_min else "guard"
+    if policy == "vrr_stop":
+        reason = "VRR-Stop (Sec. 4.1): commit when G-hat_k <= tau"
+        if j_says == "guard":
+            reason += (f"; policy 'vrr_stop' as asked, although the labeled J-hat {j_hat:.3f}{ci} is below J_min "
+                       f"{j_min:g}, for which Algorithm 1 would choose Guard mode")
+        return "stop", reason
+    if policy == "vrr_guard":
+        reason = "VRR-Guard (Sec. 4.3): full budget, keep-best incumbent (Eq. 9)"
+        if j_says == "stop":
+            reason += (f"; policy 'vrr_guard' as asked, although the labeled J-hat {j_hat:.3f}{ci} >= J_min "
+                       f"{j_min:g}, for which Algorithm 1 would choose Stop mode")
+        return "guard", reason
+    if policy != "algorithm1":
+        raise ValueError(f"field 'policy': {policy!r} is not one of {POLICIES}")
+    if stop_mode is not None:
+        return ("stop", "Stop mode given") if stop_mode else ("guard", "Guard mode given")
+    if j_hat is None:
+        raise ValueError("field 'j_hat': Algorithm 1 chooses its mode from the labeled J diagnostic; give j_hat "
+                         "(or stop_mode), or pass policy='vrr_stop'")
+    if math.isnan(j_hat):
+        return "guard", "labeled J diagnostic undefined (a class is absent): Guard mode"
+    if j_hat >= j_min:
+        return "stop", f"labeled J-hat {j_hat:.3f}{ci} >= J_min {j_min:g}: Stop mode (Algorithm 1 line 1)"
+    return "guard", (f"labeled J-hat {j_hat:.3f}{ci} below J_min {j_min:g}: the votes barely separate valid from "
+                     "invalid plans, so calibrated stopping is not trustworthy: Guard mode (keep-best, Eq. 9)")
+
+
+class UnknownOptionError(ValueError, TypeError):
+    """A keyword the controller does not take; the message names it and the nearest option. (A TypeError
+    too, as Python's own error for an unknown keyword is.)"""
 
 
 @dataclass(frozen=True)
@@ -216,8 +270,22 @@ class OnlineController:
     commits.
     """
 
+    def __new__(cls, *args, **kwargs):
+        """Refuse a keyword ``__init__`` does not take with an error naming it (before ``__init__`` runs)."""
+        import difflib
+        import inspect as _inspect
+
+        known = [n for n in _inspect.signature(cls.__init__).parameters if n != "self"]
+        for name in kwargs:
+            if name not in known:
+                near = difflib.get_close_matches(name, known, n=1)
+                hint = f"; did you mean '{near[0]}'?" if near else ""
+                raise UnknownOptionError(f"{kwargs.get('source', 'parameters')}: field '{name}': not an option of "
+                                         f"OnlineController{hint} (options: {', '.join(known)})")
+        return super().__new__(cls)
+
     def __init__(self, *, M: int, k_max: int, rho0: float, rho1: float, alpha, beta, pi: float,
-                 policy: str | None = None, delta: int = 5, tau: float | None = None,
+                 policy: str | None = None, delta: int | None = None, tau: float | None = None,
                  repair_cost: float | None = None, value: float = 1.0, intervals: dict | None = None,
                  j_hat: float | None = None, j_min: float = 0.10, stop_mode: bool | None = None, grid: int = 5,
                  sequential: str = "off", error_rate: float = 0.01, budget_calls: int | None = None,
@@ -233,7 +301,7 @@ class OnlineController:
         error_rate = _number(error_rate, src, "error_rate", "a number in (0, 1)")
         if not 0.0 < error_rate < 1.0:
             raise ValueError(f"{src}: field 'error_rate': expected a number in (0, 1), got {error_rate!r}")
-        delta = _integer(delta, src, "delta", "the retention margin, an integer")
+        delta = default_delta(M) if delta is None else _integer(delta, src, "delta", "the retention margin, an integer")
         grid = _integer(grid, src, "grid", "the grid levels of B_k, an integer >= 2", low=2)
         j_min = _number(j_min, src, "j_min", "a number in [-1, 1]")
         if not -1.0 <= j_min <= 1.0:
@@ -316,11 +384,12 @@ class OnlineController:
         """A controller from calibrated parameters (Sec. 4.2). ``alpha``/``beta`` may be per-round
         sequences of K_max rates (VRR-Stop-t). Options: ``policy`` ("algorithm1" | "vrr_stop" |
         "vrr_guard"; left out: Algorithm 1 when ``intervals`` and ``j_hat``/``stop_mode`` are given, VRR-Stop
-        when neither is), ``delta`` (Eq. 9), ``tau`` (Eq. 4/7) or ``repair_cost`` with ``value``
+        when neither is), ``delta`` (Eq. 9; default :func:`default_delta`, 5 at M = 8), ``tau`` (Eq. 4/7) or ``repair_cost`` with ``value``
         (tau = repair_cost / value, :func:`tau_for_cost`), ``intervals`` ({name: (lo, hi)}, the box behind
         B_k), ``j_hat`` and ``j_min`` (Algorithm 1 line 1) or ``stop_mode``, ``grid`` (B_k's grid levels),
         ``sequential`` ("off" | "exact" | "sprt" | "predictive") and ``error_rate`` (sprt, predictive),
-        ``budget_calls`` / ``budget_tokens`` (per problem; when spent, the keep-best incumbent is returned)."""
+        ``budget_calls`` / ``budget_tokens`` (per problem; when spent, Stop mode returns the judged plan with
+        the highest posterior, Guard mode its keep-best incumbent, Eq. 9)."""
         return cls(M=M, k_max=k_max, rho0=rho0, rho1=rho1, alpha=alpha, beta=beta, pi=pi, **options)
 
     @classmethod
@@ -358,7 +427,7 @@ class OnlineController:
     def _calibrated(cls, kwargs: dict, report) -> "OnlineController":
         ctl = cls(**kwargs)
         ctl.calibration_report = report
-        return ctl
+        return ctl.start()   # the first round's reason is the report's (with the J test's CI)
 
     @classmethod
     def from_calibration(cls, path: str | os.PathLike, fold: int | None = None, *, arrays=None,
@@ -460,18 +529,14 @@ class OnlineController:
     # ------------------------------------------------------------------ per-problem state
     def _initial_mode(self) -> tuple[str, str]:
         c = self._cfg
-        if c["policy"] == "vrr_stop":
-            return "stop", "VRR-Stop (Sec. 4.1): commit when G-hat_k <= tau"
-        if c["policy"] == "vrr_guard":
-            return "guard", "VRR-Guard (Sec. 4.3): full budget, keep-best incumbent (Eq. 9)"
-        if c["stop_mode"] is not None:
-            return ("stop", "Stop mode given") if c["stop_mode"] else ("guard", "Guard mode given")
-        j = c["j_hat"]
-        if math.isnan(j):
-            return "guard", "labeled J diagnostic undefined (a class is absent): Guard mode"
-        if j >= c["j_min"]:
-            return "stop", f"labeled J-hat {j:.3f} >= J_min {c['j_min']:g}: Stop mode"
-        return "guard", f"labeled J-hat {j:.3f} below J_min {c['j_min']:g}: Guard mode"
+        ci = None if self.calibration_report is None else self.calibration_report.j_ci
+        return planned_mode(c["policy"], c["j_hat"], c["j_min"], c["stop_mode"], j_ci=ci)
+
+    @property
+    def mode(self) -> str:
+        """The mode the current round runs in, ``"stop"`` or ``"guard"`` (:func:`planned_mode` at the start
+        of a problem; Algorithm 1 switches to Guard when Eq. 8 fails)."""
+        return self._mode
 
     @property
     def _tracks_incumbent(self) -> bool:
@@ -489,6 +554,8 @@ class OnlineController:
         self._mode, self._reason = self._initial_mode()
         self._incumbent: int | None = None
         self._incumbent_votes: int | None = None
+        self._best_round: int | None = None     # the judged plan with the highest posterior (budget commit)
+        self._best_belief: float | None = None
         self._accepts = 0
         self._n = 0
         self._verifier_calls = 0
@@ -786,19 +853,34 @@ class OnlineController:
         self._check_open()
         v, t = self._vote(vote), self._token_count(tokens)
         if self._n >= self._cfg["M"]:
-            raise ValueError(f"round {self._k} already has M={self._cfg['M']} votes; call decide()")
+            raise ValueError(f"round {self._k}: field 'vote': the round already has M={self._cfg['M']} votes; "
+                             "call decide()")
         if self._spent():
-            raise ValueError(f"round {self._k}: the budget is spent ({self.budget_left()}); call decide()")
+            raise ValueError(f"round {self._k}: field 'vote': the budget is spent ({self.budget_left()}); call "
+                             "decide()")
         self._accepts += v
         self._n += 1
         self._verifier_calls += 1
         self._tokens += t
 
-    def _budget_commit(self, why: str) -> _Step:
-        """The keep-best incumbent (Eq. 9) when the budget ends the problem: the best plan with a full
-        round of votes, or p_0 (c_0 = p_0) when no round finished."""
-        candidate = self._incumbent if self._incumbent is not None else 0
-        return _Step("commit", candidate, self._mode, why, self._incumbent, self._incumbent_votes, False)
+    def _budget_choice(self, mode: str, incumbent: int | None, best: tuple | None) -> tuple[int, str]:
+        """The plan a spent budget returns, and why, by the mode the loop is in.
+
+        Stop mode trusts the calibrated model (J-hat >= J_min, or VRR-Stop as asked), and b_j is its
+        Pr(plan j valid | votes) (Eq. 5), comparable across rounds whatever their priors: the judged plan
+        with the highest posterior is the one most likely valid. Guard mode does not trust the posterior
+        (the votes barely separate the classes), so it returns Eq. 9's keep-best incumbent (c_0 = p_0).
+        ``best``: (round, b) of the highest posterior among the judged plans, or None."""
+        if mode == "stop" and best is not None:
+            return best[0], f"the judged plan with the highest posterior (round {best[0]}, b = {best[1]:.3f}, Eq. 5)"
+        candidate = incumbent if incumbent is not None else 0
+        return candidate, f"Guard's keep-best incumbent (round {candidate}, Eq. 9, delta = {self._cfg['delta']})"
+
+    def _best_with(self, k: int, b: float) -> tuple:
+        """The highest posterior so far, with round k's b (an earlier plan keeps a tie)."""
+        if self._best_belief is None or b > self._best_belief:
+            return k, b
+        return self._best_round, self._best_belief
 
     def decide(self) -> Decision:
         """The decision of the current round from the votes received (all M, or enough in sequential mode).
@@ -807,20 +889,24 @@ class OnlineController:
         c = self._cfg
         step = self._step(self._accepts) if self._n == c["M"] else (
             self._settled() if c["sequential"] != "off" else None)
-        if step is None:
-            if not self._spent():
-                raise ValueError(f"round {self._k}: {self._n} of M={c['M']} votes do not decide the round yet "
-                                 "(send votes while need_vote() is True)")
-            step = self._budget_commit(f"budget spent in round {self._k} ({self._verifier_calls} verifier calls, "
-                                       f"{self._tokens} tokens): keep-best incumbent (Eq. 9)")
-        elif step.action == "repair" and self._spent():
-            # the repaired plan could get no vote: return the incumbent this round leaves
-            step = _Step("commit", step.incumbent if step.incumbent is not None else self._k, step.mode,
-                         f"budget spent after round {self._k}: keep-best incumbent (Eq. 9)", step.incumbent,
-                         step.incumbent_votes, False)
         k, s, n = self._k, self._accepts, self._n
+        if step is None and not self._spent():
+            raise ValueError(f"round {k}: {n} of M={c['M']} votes do not decide the round yet; send more votes "
+                             "while need_vote() is True (add_vote), then call decide()")
         mode_now = self._mode
         b, g, radius, b_grid = self._evaluate(s, n)
+        best = self._best_with(k, b) if n > 0 else (
+            None if self._best_round is None else (self._best_round, self._best_belief))
+        if step is None:
+            candidate, what = self._budget_choice(self._mode, self._incumbent, best)
+            step = _Step("commit", candidate, self._mode, f"budget spent in round {k} ({self._verifier_calls} "
+                         f"verifier calls, {self._tokens} tokens): {what}", self._incumbent,
+                         self._incumbent_votes, False)
+        elif step.action == "repair" and self._spent():
+            # the repaired plan could get no vote: return what the budget returns after this round
+            candidate, what = self._budget_choice(step.mode, step.incumbent, best)
+            step = _Step("commit", candidate, step.mode, f"budget spent after round {k}: {what}", step.incumbent,
+                         step.incumbent_votes, False)
         if step.action == "repair":
             self._repair_calls += 1
         decision = Decision(step.action, k, int(step.candidate), b, g, radius, step.mode, step.reason, s, n,
@@ -835,6 +921,8 @@ class OnlineController:
                 self._prior_grid = predict(b_grid, self._grid["alpha"], self._grid["beta"])
             self._mode, self._reason = step.mode, step.reason
             self._incumbent, self._incumbent_votes = step.incumbent, step.incumbent_votes
+            if best is not None:
+                self._best_round, self._best_belief = best[0], float(best[1])
             self._k += 1
             self._accepts = self._n = 0
             self._cache = {}
@@ -843,8 +931,8 @@ class OnlineController:
 
     def observe(self, votes, tokens=None) -> Decision:
         """Feed a round's votes (a list of 0/1) and get the round's decision (Algorithm 1, one iteration).
-        ``tokens``: one token count per vote (needed with ``budget_tokens``). All-or-nothing: a list that is
-        refused (too long, a bad vote) leaves the state unchanged."""
+        ``tokens``: one token count per vote (needed with ``budget_tokens``). All or nothing: a call that is
+        refused (too long, a bad vote, or too few votes to decide the round) leaves the state unchanged."""
         self._check_open()
         if isinstance(votes, (str, bytes, dict)) or not hasattr(votes, "__iter__"):
             raise ValueError(f"round {self._k}: field 'votes': expected a list of 0/1 votes, got {votes!r}")
@@ -869,12 +957,40 @@ class OnlineController:
                 raise ValueError(f"round {self._k}: field 'votes': the token budget ({budget_tokens}) is spent "
                                  f"after vote {i} of {len(votes)}; send votes while need_vote() is True")
             used += t
-        for v, t in zip(votes, tokens):
-            self.add_vote(v, t)
-        return self.decide()
+        saved = self._snapshot()
+        try:
+            for v, t in zip(votes, tokens):
+                self.add_vote(v, t)
+            return self.decide()
+        except ValueError as exc:
+            self._restore_snapshot(saved)   # all or nothing: the refused call leaves no vote behind
+            if self._n + len(votes) < self._cfg["M"] and not self._spent_after(len(votes), sum(tokens)):
+                need = self._cfg["M"] - self._n
+                raise ValueError(f"round {self._k}: field 'votes': {len(votes)} vote(s) leave the round at "
+                                 f"{self._n + len(votes)} of M={self._cfg['M']}, which does not decide it; nothing "
+                                 f"was recorded: send the round's {need} remaining votes in one observe() call, or "
+                                 "add_vote() while need_vote() is True") from None
+            raise
+
+    _STATE = ("_k", "_prior", "_prior_grid", "_mode", "_reason", "_incumbent", "_incumbent_votes", "_best_round",
+              "_best_belief", "_accepts", "_n", "_verifier_calls", "_repair_calls", "_tokens", "_done", "_last",
+              "_cache")
+
+    def _snapshot(self) -> dict:
+        return {name: getattr(self, name) for name in self._STATE}
+
+    def _restore_snapshot(self, saved: dict) -> None:
+        for name, value in saved.items():
+            setattr(self, name, value)
+
+    def _spent_after(self, calls: int, tokens: int) -> bool:
+        c = self._cfg
+        return (c["budget_calls"] is not None and self._verifier_calls + calls >= c["budget_calls"]) or (
+            c["budget_tokens"] is not None and self._tokens + tokens >= c["budget_tokens"])
 
     def observe_count(self, accepts) -> Decision:
-        """A round's remaining votes given as the accept count S_k (frozen arrays store counts)."""
+        """A round's remaining votes given as the accept count S_k (frozen arrays store counts); all or
+        nothing, as :meth:`observe`."""
         self._check_open()
         room = self._cfg["M"] - self._n
         accepts = _integer(accepts, f"round {self._k}", "accepts", f"an accept count in 0..{room}")
@@ -890,7 +1006,8 @@ class OnlineController:
             "round": self._k, "prior": self._prior,
             "prior_grid": None if self._prior_grid is None else [float(x) for x in self._prior_grid],
             "mode": self._mode, "reason": self._reason, "incumbent": self._incumbent,
-            "incumbent_votes": self._incumbent_votes, "accepts": self._accepts, "votes": self._n,
+            "incumbent_votes": self._incumbent_votes, "best_round": self._best_round,
+            "best_belief": self._best_belief, "accepts": self._accepts, "votes": self._n,
             "verifier_calls": self._verifier_calls, "repair_calls": self._repair_calls, "tokens": self._tokens,
             "done": self._done, "last": None if self._last is None else self._last.as_dict()},
             "calibration": None if self.calibration_report is None else self.calibration_report.to_dict()}
@@ -965,6 +1082,10 @@ class OnlineController:
         incumbent = field("incumbent", lambda v: v is None or (is_int(v) and 0 <= v <= k), f"null or a round <= {k}")
         inc_votes = field("incumbent_votes", lambda v: v is None or (is_int(v) and 0 <= v <= c["M"]),
                           f"null or a count in 0..{c['M']}")
+        best_round = field("best_round", lambda v: v is None or (is_int(v) and 0 <= v <= k), f"null or a round <= {k}")
+        best_belief = field("best_belief", lambda v: (v is None) if best_round is None else (
+            isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1),
+            "null exactly when 'state.best_round' is, else a probability")
         n = field("votes", lambda v: is_int(v) and 0 <= v <= c["M"], f"an integer in 0..{c['M']}")
         accepts = field("accepts", lambda v: is_int(v) and 0 <= v <= n, f"an integer in 0..{n}")
         vcalls = field("verifier_calls", lambda v: is_int(v) and v >= n, f"an integer >= {n}")
@@ -984,6 +1105,7 @@ class OnlineController:
         self._prior_grid = None if prior_grid is None else np.asarray(prior_grid, dtype=float)
         self._mode, self._reason = mode, reason
         self._incumbent, self._incumbent_votes = incumbent, inc_votes
+        self._best_round, self._best_belief = best_round, None if best_belief is None else float(best_belief)
         self._accepts, self._n = accepts, n
         self._verifier_calls, self._repair_calls, self._tokens = vcalls, rcalls, tokens
         self._done, self._last = done, last

@@ -21,10 +21,11 @@ vrr.policies.online_calibration examples/calibration_small.json``).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
-import sys
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from ..calibration.identifiability import PARAM_NAMES, labeled_j_diagnostic, par
 from ..calibration.round_dynamics import shrinkage_strength, shrunk_rate
 from ..common.atomic import atomic_write
 from ..core.model import NoiseParams
+from .online import planned_mode
 
 FORMAT = "vrr-online-calibration"
 FORMAT_VERSION = 1
@@ -44,12 +46,18 @@ EXAMPLE = {"params": {"rho0": 0.2, "rho1": 0.15, "alpha": 0.3, "beta": 0.1, "pi"
            "n": 150, "k_max": 5, "M": 8, "seed": 7}
 
 
+class CalibrationWarning(UserWarning):
+    """A calibration that runs, with a caveat the report also states: a rate with no data behind it (a
+    prior, not an estimate), or a policy that overrides the mode the labeled J test would choose."""
+
+
 @dataclass(frozen=True)
 class CalibrationReport:
     """A calibration made where the loop runs: the estimates, the J diagnostic and the mode it implies.
 
-    ``mode`` is ``"stop"`` or ``"guard"`` (Algorithm 1 line 1: Stop when J-hat >= J_min), ``reason`` says
-    why. ``j_hat``, ``j_ci``, ``j_p_value``: the labeled J test (None for a label-free calibration).
+    ``mode`` is ``"stop"`` or ``"guard"``, the mode the controller built from this report starts each
+    problem in, and ``reason`` says why: both come from ``vrr.policies.online.planned_mode`` (for
+    Algorithm 1, Stop when J-hat >= J_min, line 1), the function the controller itself uses. ``j_hat``, ``j_ci``, ``j_p_value``: the labeled J test (None for a label-free calibration).
     ``intervals``: the box behind B_k. ``round_rates``: alpha_t, beta_t when the repair pairs carried their
     rounds. ``data``: what the file stores and the estimates are fit from.
     """
@@ -207,6 +215,17 @@ def _fit(data: dict, *, M: int, k_max: int, policy: str, j_min: float, eta: floa
     trans = transition_rates(*_pairs(fixed, invalid, broken, valid), max_pairs=None)
     alpha, alpha_rule = defined_rate(trans.n_fixed, trans.n_invalid_before, unsafe=())
     beta, beta_rule = defined_rate(trans.n_broken, trans.n_valid_before, unsafe=(0.0,))
+    # a rate no pair measures is the Jeffreys prior mean 0.5: stated in the rules and warned, never silent
+    for name, n, before, rate in (("alpha", invalid, "an invalid", "fix"), ("beta", valid, "a valid", "damage")):
+        if n == 0:
+            if name == "alpha":
+                alpha_rule = "prior: no invalid-before pair (Jeffreys mean 0.5)"
+            else:
+                beta_rule = "prior: no valid-before pair (Jeffreys mean 0.5)"
+            warnings.warn(f"{source}: field 'repairs': no round-0 pair starts from {before} plan, so nothing "
+                          f"measures {name} (the repair's {rate} rate); {name} = 0.5 is the Jeffreys prior mean, "
+                          f"not an estimate. Label repairs of {before.split()[1]} plans, or set {name} with "
+                          "OnlineController.from_parameters", CalibrationWarning, stacklevel=2)
     n_repairs = int(sum(rep["invalid_before"]) + sum(rep["valid_before"]))
     levels = np.arange(M + 1)
     if "accept_histogram" in data:                      # label-free: the binomial-mixture EM
@@ -233,20 +252,14 @@ def _fit(data: dict, *, M: int, k_max: int, policy: str, j_min: float, eta: floa
     cal = Calibration(params=params, votes=fit, transitions=trans, n_pi_valid=n_pi_valid, n_pi=n_pi, M=M, rules=rules)
     box = {k: [float(lo), float(hi)] for k, (lo, hi) in parameter_intervals(cal, eta).items()}
     if diag is None:
-        mode = "guard" if policy == "vrr_guard" else "stop"
-        reason = ("label-free calibration: no labeled J test, so Algorithm 1's mode cannot be chosen here; "
-                  + ("VRR-Guard as asked" if mode == "guard" else "VRR-Stop on the EM estimates (from_labeled "
-                     "runs the J test)"))
+        if policy == "algorithm1":
+            raise ValueError(f"{source}: field 'policy': a label-free calibration has no labeled J test, so "
+                             "Algorithm 1 cannot choose its mode; pass policy='vrr_stop' or 'vrr_guard', or "
+                             "calibrate with from_labeled")
         j_hat = j_ci = j_p = None
     else:
         j_hat, j_ci, j_p = diag.j_hat, (diag.ci_low, diag.ci_high), diag.p_value
-        if j_hat >= j_min:
-            mode, reason = "stop", (f"labeled J-hat {j_hat:.3f} (95% CI {j_ci[0]:.3f}..{j_ci[1]:.3f}) >= J_min "
-                                    f"{j_min:g}: Stop mode (Algorithm 1 line 1)")
-        else:
-            mode, reason = "guard", (f"labeled J-hat {j_hat:.3f} (95% CI {j_ci[0]:.3f}..{j_ci[1]:.3f}) below J_min "
-                                     f"{j_min:g}: the votes barely separate valid from invalid plans, so calibrated "
-                                     "stopping is not trustworthy: Guard mode (keep-best, Eq. 9)")
+    mode, reason = planned_mode(policy, j_hat, j_min, j_ci=j_ci)
     rounds = None
     if rep["per_round"] and k_max > 0:
         kappa_a = shrinkage_strength(rep["fixed"], rep["invalid_before"], alpha)
@@ -277,9 +290,17 @@ def _controller(report: CalibrationReport, policy: str | None, round_dynamics: b
                   pi=report.pi, policy=policy, j_min=report.j_min, source=source)
     if policy == "algorithm1":
         kwargs["intervals"] = report.intervals
-        if report.j_hat is not None:
-            kwargs["j_hat"] = report.j_hat
+    if report.j_hat is not None:   # Algorithm 1's mode; under VRR-Stop / VRR-Guard its reason names the J test
+        kwargs["j_hat"] = report.j_hat
     kwargs.update(options)
+    # the report states what will run: the mode of the policy and J inputs the controller gets
+    mode, reason = planned_mode(policy, kwargs.get("j_hat"), kwargs["j_min"], kwargs.get("stop_mode"),
+                                j_ci=report.j_ci)
+    if (policy, mode, reason, kwargs["j_min"]) != (report.policy, report.mode, report.reason, report.j_min):
+        report = dataclasses.replace(report, policy=policy, mode=mode, reason=reason, j_min=float(kwargs["j_min"]))
+    if report.j_hat is not None and not math.isnan(report.j_hat) and policy != "algorithm1" and (
+            mode != ("stop" if report.j_hat >= report.j_min else "guard")):
+        warnings.warn(f"{source}: {reason}", CalibrationWarning, stacklevel=3)
     return kwargs, report
 
 
@@ -478,7 +499,17 @@ def write_small_example(path: str | os.PathLike) -> Path:
     return save_online_calibration(report, path)
 
 
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m vrr.policies.online_calibration",
+                                 description="write the example calibration (examples/calibration_small.json): "
+                                             "from_labeled on 150 simulated loops")
+    ap.add_argument("out", metavar="OUT.json", help="the calibration file to write")
+    args = ap.parse_args(argv)
+    print(write_small_example(args.out))
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m vrr.policies.online_calibration OUT.json")
-    print(write_small_example(sys.argv[1]))
+    raise SystemExit(main())
