@@ -250,3 +250,72 @@ def test_evidence_is_clipped_at_a_line_boundary():
     kept = text.split("\n")
     assert kept[:-1] == lines[:len(kept) - 1] and kept[-1] == f"[... {2000 - len(kept) + 1} more lines]"
     assert bfcl_multi.clip_lines(lines[:3]) == "\n".join(lines[:3])
+
+
+# --------------------------------------------------------------------------- hostile text and the judge's evidence
+@pytest.mark.parametrize("text", [
+    "<tool_call>" + "[" * 100_000 + "]" * 100_000 + "</tool_call>",                 # RecursionError in json
+    '<tool_call>{"name": "cd", "arguments": {"folder": ' + "[" * 50_000 + "]" * 50_000 + "}}</tool_call>",
+    "[cd(folder=0x" + "f" * 4_000 + ")]",                                             # 4,800 decimal digits
+    "cd(folder=0x" + "f" * 4_000 + ")",
+    '<tool_call>{"name": "cd", "arguments": {"folder": ' + "9" * 5_000 + "}}</tool_call>",
+    "[" * 300 + "cd()" + "]" * 300,
+    " " * 200_001,
+])
+def test_hostile_call_text_is_no_call_not_a_crash(text):
+    assert extract_calls(text) is None
+    assert extract_answer("Turn 1: " + text) in (None, [[1, None]])
+
+
+def test_a_call_beside_an_unwritable_one_is_kept():
+    assert extract_calls("[cd(folder=0x" + "f" * 4_000 + ")]\nls()") == "[ls()]"
+
+
+def _turn(calls, results, state=()):
+    return {"calls": [(c, r, bfcl_multi.call_error(r)) for c, r in zip(calls, results)], "state": list(state)}
+
+
+def test_environment_errors_are_failed_calls():
+    turns = [_turn(["cd(folder='nope')", "cd(folder='..')", "ls()"],
+                   ['{"error": "cd: nope: No such directory"}', '{"error": "Current directory is already the root."}',
+                    '{"current_directory_content": []}'])]
+    assert bfcl_multi.failure_counts(turns) == (3, 2)
+    text = bfcl_multi.evidence_text(turns)
+    assert text.startswith("Turn 1: [cd(folder='nope'), cd(folder='..'), ls()] (3 calls, 2 failed)")
+    assert text.count("FAILED") == 2
+
+
+def test_a_huge_call_line_still_shows_every_call_name():
+    """1,000 ``pwd()`` calls in one turn, then a 200 KB literal: the judge still reads which functions ran."""
+    turns = [_turn(["pwd()"] * 1000, ['{"current_working_directory": "/w"}'] * 1000),
+             _turn([f"echo(content='{'x' * 200_000}')", "cd(folder='x')"],
+                   ["None", '{"error": "cd: x: No such directory"}'], ["root.contents.x added: {}"])]
+    text = bfcl_multi.evidence_text(turns)
+    assert len(text) <= bfcl_multi.EVIDENCE_CHARS
+    assert "pwd" in text and "(x1000)" in text and "echo" in text and "cd" in text
+    assert "Turn 2: 2 calls, 1 failed" in text and "state changed: root.contents.x added" in text
+    many = [_turn([f"f{i}()" for i in range(3000)], ["ok"] * 3000)]
+    assert len(bfcl_multi.evidence_text(many)) <= bfcl_multi.EVIDENCE_CHARS
+
+
+@pytest.fixture(scope="module")
+def file_system_problem(problems):
+    return next(q for q in problems if "GorillaFileSystem" in q.answer["involved_classes"])
+
+
+def test_the_replay_counts_environment_errors_as_failed_calls(task, file_system_problem):
+    """Through the sandboxed replay: two ``cd`` into folders that do not exist return ``{"error": ...}``."""
+    errors = render_plan([["cd(folder='vrr_no_such_dir_a')", "cd(folder='vrr_no_such_dir_b')"]])
+    fb = task.repair_feedback(task.extract_answer(errors), file_system_problem)
+    assert fb.startswith("Executing the trajectory (2 calls, 2 failed)"), fb[:200]
+
+
+def test_the_judge_sees_call_names_when_one_turn_has_1000_calls(task, file_system_problem):
+    """1,000 ``pwd()`` calls on one turn: a 7,000-character call line, and yet the name shows."""
+    shown = task.replay_evidence([(render_plan([["pwd()"] * 1000]), file_system_problem)])[0]
+    assert "pwd" in shown and "1000 calls" in shown and len(shown) <= bfcl_multi.EVIDENCE_CHARS
+
+
+def test_the_judge_sees_the_state_a_turn_changed(task, file_system_problem):
+    made = task.replay_evidence([(render_plan([["mkdir(dir_name='vrr_new_dir')"]]), file_system_problem)])[0]
+    assert re.search(r"-> state changed: .*vrr_new_dir added", made), made

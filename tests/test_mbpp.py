@@ -6,6 +6,7 @@ import ast
 import pytest
 
 from vrr.loop.prompts import problem_of
+from vrr.loop.redact import MARKER
 from vrr.loop.tasks.mbpp import MAX_CODE_CHARS, MBPP, SHOWN_TEST_HEAD, entry_point, extract_answer, load_mbpp
 
 N_KNOWN = 25  # the first 25 problems of the test split are the known cases
@@ -203,9 +204,12 @@ def test_label_rounds_uses_the_stored_answer_and_checks_each_code_once(task, kno
     items = [({"answer": extract_answer(gold_p), "plan": "[redacted]"}, p),
              ({"plan": gold_p}, p),
              ({"plan": task.synthetic_plan(q, False)}, q),
-             ({"answer": None, "plan": gold_p}, p),  # the stored answer wins over the plan
-             ({"plan": task.synthetic_plan(q, True)}, q)]
-    assert MBPP().label_rounds(items) == [1, 1, 0, 0, 1]
+             # the stored answer wins over a plan whose code lost text to redaction outside a comment
+             ({"answer": None, "plan": gold_p.replace("```python\n", "```python\n" + MARKER + "\n")}, p),
+             ({"plan": task.synthetic_plan(q, True)}, q),
+             # a plan read again gives other code whose only redaction is in a comment: it wins
+             ({"answer": None, "plan": gold_p.replace("```python\n", "```\n```python\n# " + MARKER + "\n") + "\n```"}, p)]
+    assert MBPP().label_rounds(items) == [1, 1, 0, 0, 1, 1]
 
 
 def test_perturbation_is_a_deterministic_span_of_the_statement(task):
@@ -260,3 +264,26 @@ def test_run_asserts_runs_every_assert_of_one_plan(task, known):
              (code, p, f"assert {name}(2) == 7"), (code, p, f"assert {name}(1) == 8")]
     got = [r.valid for r in task.run_asserts(items)]
     assert got == [True, False, True, False]
+
+
+NESTED = "def f(x, y):\n    return y, x"
+
+
+@pytest.mark.parametrize("text", [
+    f"Here:\n```\n```python\n{NESTED}\n```\n```\n",                 # ``` around ```python
+    f"```markdown\n```python\n{NESTED}\n```\n```",                     # a tagged outer block
+    f"```python\n```python\n{NESTED}\n```\n",                          # an unclosed outer python block
+    f"```\nSolution:\n```python\n{NESTED}\n```\nDone.\n```\n",       # text around the inner block
+    f"```python\nold = 1\n```\nFixed:\n```\n```py\n{NESTED}\n```\n```",
+])
+def test_code_inside_nested_fences_is_extracted(text):
+    """A ```python block inside another fenced block is the code (mbpp_cpu_favorable test index 125,
+    round 4: a nested block whose code passes every test was read as no code)."""
+    assert extract_answer(text) == NESTED
+
+
+def test_fences_that_do_not_nest_read_as_before():
+    assert extract_answer("```python\nA = 1\n```\ntext\n```python\nB = 2") == "B = 2"   # cut at the budget
+    assert extract_answer("See ```python\nA = 1\n```") == "A = 1"                      # a fence after text
+    assert extract_answer("```\nA = 1\n```\n```python\nB = 2\n```") == "B = 2"        # tagged wins
+    assert extract_answer("```text\nnot code\n```") is None

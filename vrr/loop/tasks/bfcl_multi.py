@@ -40,7 +40,7 @@ from pathlib import Path
 from .. import sandbox
 from ..prompts import PromptSet
 from .base import Problem as _Problem
-from .base import Task
+from .base import Task, reads_model_text
 from .bfcl import BFCL_EVAL_VERSION, CONDITION_SWAPS, ENTITY_SWAPS, _balanced, _data_dirs, checker
 from .bfcl_multi_exec import ANSWER_TAG, refusal
 from .gsm8k import _perturb_number, _rng
@@ -173,7 +173,7 @@ _FENCE = re.compile(r"```[^\n`]*\n?(.*?)```", re.S)
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 _LIST_START = re.compile(r"(?m)^[ \t]*(?:\*\*)?\[[ \t\n]*[A-Za-z_][\w.]*[ \t]*\(")
 _CALL_LINE = re.compile(r"(?m)^[ \t]*(?:\d+\.[ \t]+|[-*][ \t]+)?([A-Za-z_][\w.]*)[ \t]*\(")
-_TURN_HEAD = re.compile(r"(?mi)^[ \t#*]*turn[ \t]+(\d+)[ \t*]*:[ \t*]*")
+_TURN_HEAD = re.compile(r"(?mi)^[ \t#*]*turn[ \t]+(\d{1,6})[ \t*]*:[ \t*]*")
 WRAPPER_KEYWORDS = ("params", "parameters", "arguments")
 
 
@@ -186,7 +186,7 @@ def _json_calls(text: str) -> list[str]:
     for block in blocks:
         try:
             obj = json.loads(block)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than the decoder recurses
             continue
         for o in obj if isinstance(obj, list) else [obj]:
             if not isinstance(o, dict):
@@ -195,7 +195,10 @@ def _json_calls(text: str) -> list[str]:
             if isinstance(name, str):
                 args = o.get("arguments", o.get("parameters", {}))
                 if isinstance(args, dict) and re.fullmatch(r"[A-Za-z_]\w*", name):
-                    body = ", ".join(f"{k}={v!r}" for k, v in args.items() if re.fullmatch(r"[A-Za-z_]\w*", str(k)))
+                    try:
+                        body = ", ".join(f"{k}={v!r}" for k, v in args.items() if re.fullmatch(r"[A-Za-z_]\w*", str(k)))
+                    except (ValueError, RecursionError):  # an int beyond the str conversion limit, deep nesting
+                        continue
                     out.append(f"{name}({body})")
     return out
 
@@ -213,7 +216,10 @@ def _normal_call(node: ast.Call) -> str | None:
                     for k in keywords[0].value.keys)):
         d = keywords[0].value
         keywords = [ast.keyword(arg=k.value, value=v) for k, v in zip(d.keys, d.values)]
-    return ast.unparse(ast.Call(func=func, args=node.args, keywords=keywords))
+    try:
+        return ast.unparse(ast.Call(func=func, args=node.args, keywords=keywords))
+    except (ValueError, RecursionError):  # a literal beyond the int/str conversion limit (0x + 4,300 digits)
+        return None
 
 
 def _calls_of(source: str) -> list[str] | None:
@@ -246,6 +252,7 @@ def _region_calls(text: str) -> list[str]:
     return out
 
 
+@reads_model_text()
 def extract_calls(text) -> str | None:
     """The extraction step in front of bfcl-eval's decoder, for one model step (stated in docs/tasks.md):
 
@@ -257,9 +264,11 @@ def extract_calls(text) -> str | None:
     4. each call normalised: ``Class.method(...)`` -> ``method(...)``, a lone ``params={...}`` /
        ``parameters=`` / ``arguments=`` dict unwrapped into keywords.
 
-    Returns ``"[call, call, ...]"`` (what bfcl-eval's decoder reads), or None when there is no call.
-    Nothing is evaluated: the text is only parsed."""
-    if not isinstance(text, str) or not text.strip():
+    Returns ``"[call, call, ...]"`` (what bfcl-eval's decoder reads), or None when there is no call (also
+    when the text cannot be read: :func:`vrr.loop.tasks.base.reads_model_text`). A call that cannot be
+    written back (a literal beyond the int/str conversion limit) is no call. Nothing is evaluated: the
+    text is only parsed."""
+    if not text.strip():
         return None
     calls = _json_calls(text)
     if not calls:
@@ -289,7 +298,10 @@ def name_positional(call_list: str | None, params: dict) -> str | None:
         free = [n for n in names if n not in given]
         named = [ast.keyword(arg=n, value=a) for n, a in zip(free, node.args)]
         node = ast.Call(func=node.func, args=node.args[len(named):], keywords=named + list(node.keywords))
-        out.append(ast.unparse(node))
+        try:
+            out.append(ast.unparse(node))
+        except (ValueError, RecursionError):
+            return call_list
     return "[" + ", ".join(out) + "]"
 
 
@@ -298,11 +310,12 @@ def render_plan(turns: list[list[str]]) -> str:
     return "\n".join(TURN_LINE.format(k=k) + "[" + ", ".join(calls) + "]" for k, calls in enumerate(turns, 1))
 
 
+@reads_model_text()
 def extract_answer(text) -> list | None:
     """The trajectory of a plan: ``[[turn number, call list text or None], ...]`` in the order written
     (the first section of a turn counts). Text before the first ``Turn k:`` header counts as turn 1 when
     there is no header at all. Lines starting with ``->`` are not read. None for an empty text."""
-    if not isinstance(text, str) or not text.strip():
+    if not text.strip():
         return None
     text = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("->"))
     heads = list(_TURN_HEAD.finditer(text))
@@ -402,9 +415,13 @@ def refused_call(call_list: str | None, problem: Problem) -> str | None:
         return None  # the decoder reports it
     allowed = set(problem.answer["params"])
     for elt in tree.elts if isinstance(tree, (ast.List, ast.Tuple)) else [tree]:
-        why = refusal(ast.unparse(elt), allowed)
+        try:
+            source = ast.unparse(elt)
+        except (ValueError, RecursionError) as exc:
+            return f"a call that cannot be written back ({type(exc).__name__})"
+        why = refusal(source, allowed)
         if why:
-            return f"{why}: {ast.unparse(elt)}"[:300]
+            return f"{why}: {source}"[:300]
     return None
 
 
@@ -430,51 +447,153 @@ def check_trajectories(items: list[tuple[object, Problem]]) -> list[dict]:
     return [refused.get(n) or _VERDICTS[k] for n, k in enumerate(keys)]
 
 
-def replay(items: list[tuple[list[list[str]], Problem]]) -> list[list[list[str]] | None]:
-    """Fresh replays: the execution result of every call, per turn, from the problem's initial state."""
+def replay_full(items: list[tuple[list[list[str]], Problem]]) -> list[dict | None]:
+    """Fresh replays from the problem's initial state: ``{"results": [[result per call] per turn],
+    "state": [[change per line] per turn]}`` (``bfcl_multi_exec``), or None where the run failed."""
     keys = [_key(p, turns) for turns, p in items]
     todo = {k: ({"op": "execute", "entry": p.entry, "turns": turns}, p)
             for k, (turns, p) in zip(keys, items) if k not in _REPLAYS}
     for k, v in zip(todo, run_sandboxed(list(todo.values()))):
-        _REPLAYS[k] = v.get("results") if v else None
+        _REPLAYS[k] = v if v and "results" in v else None
     return [_REPLAYS[k] for k in keys]
 
 
+def replay(items: list[tuple[list[list[str]], Problem]]) -> list[list[list[str]] | None]:
+    """Fresh replays: the execution result of every call, per turn, from the problem's initial state."""
+    return [r["results"] if r else None for r in replay_full(items)]
+
+
 RESULT_CHARS = 200  # of each execution result shown to the judge and the repairer
+CALL_CHARS = 160    # of each call shown (its name always stays whole)
+CALL_LIST_CHARS = 1500  # a turn's call list longer than this is not repeated on its header line
 EVIDENCE_CHARS = 6000  # of a whole replay shown to the judge or the repairer (an 8k-token context holds the docs too)
+EXECUTOR_FAILED = "Error during execution: the executor failed"
+
+
+def call_name(call: str) -> str:
+    """The function name of an execution string (``cd(folder='x')`` -> ``cd``)."""
+    m = re.match(r"\s*([A-Za-z_][\w.]*)\s*\(", call)
+    return m.group(1) if m else call.strip()[:40]
+
+
+def call_error(result) -> str | None:
+    """The error of one call's execution result, or None when it succeeded: bfcl-eval's executor reports
+    an exception as ``Error during execution: ...``; the environments report a refused operation by
+    returning ``{"error": ...}`` (``cd: ..: No such directory``), which is a failed call as well."""
+    text = str(result)
+    if text.startswith("Error during execution"):
+        return text
+    if text.lstrip().startswith("{") and '"error"' in text:
+        try:
+            obj = json.loads(text)
+        except (ValueError, RecursionError):
+            return None
+        if isinstance(obj, dict) and "error" in obj:
+            return f"error: {obj['error']}"
+    return None
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n] + " [...]"
+
+
+def replay_turns(answer, problem: Problem) -> list[dict]:
+    """A fresh replay of a plan's trajectory, per user turn: ``{"calls": [(call, result, error or None),
+    ...], "state": [change, ...]}``."""
+    turns = decode(trajectory(answer, problem))
+    full = replay_full([([c or [] for c in turns], problem)])[0]
+    results, states = (full["results"], full.get("state") or []) if full else ([], [])
+    out = []
+    for k, calls in enumerate(turns):
+        got = results[k] if k < len(results) else [EXECUTOR_FAILED] * len(calls or [])
+        got = list(got) + [EXECUTOR_FAILED] * (len(calls or []) - len(got))
+        out.append({"calls": [(c, str(r), call_error(r)) for c, r in zip(calls or [], got)],
+                    "state": states[k] if k < len(states) else []})
+    return out
+
+
+def failure_counts(turns: list[dict]) -> tuple[int, int]:
+    """(calls, failed calls) of a replay: a failed call is an executor error or an environment's
+    ``{"error": ...}``."""
+    calls = [c for t in turns for c in t["calls"]]
+    return len(calls), sum(err is not None for _, _, err in calls)
+
+
+def _runs(calls: list[tuple]) -> list[tuple[tuple, int]]:
+    """Consecutive identical (call, result) collapsed: ((call, result, error), repeats)."""
+    out: list[list] = []
+    for c in calls:
+        if out and out[-1][0] == c:
+            out[-1][1] += 1
+        else:
+            out.append([c, 1])
+    return [(c, n) for c, n in out]
+
+
+def _turn_lines(k: int, turn: dict, detail: int) -> list[str]:
+    """One turn of the evidence at a level of detail: 2 = every call with its result, 1 = every call's
+    name and its error, 0 = the names with their counts and the distinct errors. The changes of state
+    are shown at every level."""
+    calls = turn["calls"]
+    counts = f"{len(calls)} calls, {sum(err is not None for _, _, err in calls)} failed"
+    listed = "[" + ", ".join(c for c, _, _ in calls) + "]"
+    if not calls:
+        head = TURN_LINE.format(k=k) + "[] (no call)"
+    elif detail == 2 and len(listed) <= CALL_LIST_CHARS:
+        head = TURN_LINE.format(k=k) + f"{listed} ({counts})"   # the plan's own line, read back by extract_answer
+    else:
+        head = TURN_LINE.format(k=k) + counts
+    lines = [head]
+    if detail >= 1:
+        for (call, result, err), n in _runs(calls):
+            times = f" (x{n})" if n > 1 else ""
+            if detail == 2:
+                shown = f"FAILED {err}" if err else result
+                lines.append(f"  -> {call_name(call)}{_clip(call[len(call_name(call)):], CALL_CHARS)}{times}: "
+                             f"{_clip(shown, RESULT_CHARS)}")
+            else:
+                lines.append(f"  -> {call_name(call)}{times}" + (f": FAILED {_clip(err, 80)}" if err else ""))
+    elif calls:
+        counts: dict[str, int] = {}
+        for call, _, _ in calls:
+            counts[call_name(call)] = counts.get(call_name(call), 0) + 1
+        lines.append("  -> calls: " + ", ".join(f"{name} x{n}" for name, n in counts.items()))
+        errors = list(dict.fromkeys(_clip(err, 80) for _, _, err in calls if err))
+        lines += [f"  -> FAILED {e}" for e in errors[:5]] + ([f"  -> ... {len(errors) - 5} more errors"]
+                                                          if len(errors) > 5 else [])
+    lines += [f"  -> state changed: {_clip(ch, RESULT_CHARS)}" for ch in turn["state"]]
+    return lines
+
+
+def evidence_text(turns: list[dict], limit: int = EVIDENCE_CHARS) -> str:
+    """What the executor judge and the repairer read of a replay, at most ``limit`` characters: per user
+    turn its call list and how many calls failed, then one ``  -> `` line per call (identical consecutive
+    calls once, with their count) with its result or error, and the environment state the turn changed. When that does not fit, results give way to the calls'
+    names and errors, then to the names with their counts: every call's name and every failure stays
+    visible however long one call is (a 200 KB literal, 1,000 ``pwd()`` calls)."""
+    for detail in (2, 1, 0):
+        lines = [line for k, turn in enumerate(turns, 1) for line in _turn_lines(k, turn, detail)]
+        text = "\n".join(lines)
+        if len(text) <= limit:
+            return text
+    return clip_lines(lines, limit)
 
 
 def clip_lines(lines: list[str], limit: int = EVIDENCE_CHARS) -> str:
     """The lines joined, cut at a line boundary once ``limit`` characters are reached, saying how many
-    lines were left out (a looping trajectory can have hundreds of calls)."""
+    lines were left out; a single line longer than ``limit`` is cut itself."""
     out, size = [], 0
     for n, line in enumerate(lines):
         if size + len(line) + 1 > limit:
-            out.append(f"[... {len(lines) - n} more lines]")
+            if not out:
+                out.append(line[:limit] + " [...]")
+                n += 1
+            if n < len(lines):
+                out.append(f"[... {len(lines) - n} more lines]")
             break
         out.append(line)
         size += len(line) + 1
     return "\n".join(out)
-
-
-def replay_lines(answer, problem: Problem) -> tuple[list[str], int, int]:
-    """A fresh replay of a plan's trajectory shown line by line: each turn's calls, then one
-    ``  -> call: result`` line per call; also the number of calls and of calls that failed."""
-    turns = decode(trajectory(answer, problem))
-    results = replay([([c or [] for c in turns], problem)])[0]
-    lines, n_calls, n_failed = [], 0, 0
-    for k, calls in enumerate(turns):
-        lines.append(TURN_LINE.format(k=k + 1) + "[" + ", ".join(calls or []) + "]")
-        if not calls:
-            lines.append("  -> (no call)")
-            continue
-        got = results[k] if results and k < len(results) else ["Error during execution: the executor failed"] * len(calls)
-        for call, res in zip(calls, got):
-            res = str(res)
-            n_calls += 1
-            n_failed += res.startswith("Error during execution")
-            lines.append(f"  -> {call}: {res[:RESULT_CHARS]}{' [...]' if len(res) > RESULT_CHARS else ''}")
-    return lines, n_calls, n_failed
 
 
 # --------------------------------------------------------------------------- perturbation
@@ -599,13 +718,14 @@ class BFCLMulti(Task):
 
     # -- what the executor verifier and the repairer see
     def replay_evidence(self, items: list[tuple[str, Problem]]) -> list[str]:
-        """Each plan's trajectory with the results of a fresh sandboxed replay under every call."""
-        return [clip_lines(replay_lines(self.extract_answer(plan), p)[0]) for plan, p in items]
+        """Each plan's trajectory as a fresh sandboxed replay shows it (:func:`evidence_text`)."""
+        return [evidence_text(replay_turns(self.extract_answer(plan), p)) for plan, p in items]
 
     def repair_feedback(self, answer, problem: Problem) -> str:
         """The executor's results of the previous trajectory (a fresh replay), for the repairer."""
-        lines, n_calls, n_failed = replay_lines(answer, problem)
-        return f"Executing the trajectory ({n_calls} calls, {n_failed} failed) gave:\n" + clip_lines(lines)
+        turns = replay_turns(answer, problem)
+        n_calls, n_failed = failure_counts(turns)
+        return f"Executing the trajectory ({n_calls} calls, {n_failed} failed) gave:\n" + evidence_text(turns)
 
     # -- the multi-step generation hook (vrr.loop.runner.chat_plans)
     def plan_steps(self, problem: Problem, question: str | None = None):
@@ -627,7 +747,7 @@ class BFCLMulti(Task):
                 if not calls:
                     break
                 results = replay([(done + [calls_t + calls], problem)])[0]
-                shown = results[-1][-len(calls):] if results else ["Error during execution: the executor failed"] * len(calls)
+                shown = results[-1][-len(calls):] if results else [EXECUTOR_FAILED] * len(calls)
                 calls_t += calls
                 messages += [{"role": "tool", "content": str(r)[:TOOL_RESULT_CHARS]} for r in shown]
             done.append(calls_t)

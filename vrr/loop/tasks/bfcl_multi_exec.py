@@ -10,7 +10,9 @@ Requests (``op``):
 
 * ``execute``: the calls of each turn run in turn, in one set of environment instances built from the
   problem's initial config (bfcl-eval's ``execute_multi_turn_func_call``, state carried across turns);
-  the answer is ``{"results": [[<result or "Error during execution: ...">, ...] per turn]}``;
+  the answer is ``{"results": [[<result or "Error during execution: ...">, ...] per turn], "state": [[<change>,
+  ...] per turn]}``, where a change is one line naming an environment attribute the turn changed (the
+  public attributes bfcl-eval's state checker compares), at most :data:`STATE_CHANGES` per turn;
 * ``check``: bfcl-eval's ``multi_turn_checker`` on the decoded trajectory against the ground truth; the
   answer is ``{"valid": <bool>, "error_type": <str>, "error": <str>}``.
 
@@ -33,6 +35,9 @@ ANSWER_TAG = "vrr-bfcl-multi-answer: "
 REFUSED = "vrr_refused_call()"  # an undefined name: evaluating it raises NameError inside the executor
 LIB_PATH = "/tmp/vrr-bfcl-lib.zip"
 MODEL_NAME = "vrr"
+STATE_CHANGES = 12     # changes reported per turn
+STATE_DEPTH = 8        # nesting read of an environment's attributes
+VALUE_CHARS = 120      # of a changed value shown
 _LITERALS = (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.UnaryOp, ast.UAdd, ast.USub, ast.Load,
              ast.keyword, ast.Call)
 
@@ -80,17 +85,83 @@ def _methods(involved_classes):
     return names
 
 
+def _plain(x, depth=0, path=()):
+    """An environment's state as JSON-like data: public attributes of objects, containers, scalars;
+    cycles and nesting beyond :data:`STATE_DEPTH` cut."""
+    if x is None or isinstance(x, (str, int, float, bool)):
+        return x
+    if depth >= STATE_DEPTH or id(x) in path:
+        return "..."
+    path = path + (id(x),)
+    if isinstance(x, dict):
+        return {str(k): _plain(v, depth + 1, path) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v, depth + 1, path) for v in x]
+    if isinstance(x, (set, frozenset)):
+        return sorted((_plain(v, depth + 1, path) for v in x), key=repr)
+    if hasattr(x, "__dict__"):
+        return {k: _plain(v, depth + 1, path) for k, v in vars(x).items() if not k.startswith("_")}
+    return repr(x)
+
+
+def _short(v):
+    text = json.dumps(v, default=str)
+    return text if len(text) <= VALUE_CHARS else text[:VALUE_CHARS] + "..."
+
+
+def _diff(a, b, where, out):
+    """Lines naming what changed from ``a`` to ``b`` (at most :data:`STATE_CHANGES`)."""
+    if a == b or len(out) >= STATE_CHANGES:
+        return
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in list(a) + [k for k in b if k not in a]:
+            if len(out) >= STATE_CHANGES:
+                return
+            if k not in a:
+                out.append(f"{where}.{k} added: {_short(b[k])}")
+            elif k not in b:
+                out.append(f"{where}.{k} removed")
+            else:
+                _diff(a[k], b[k], f"{where}.{k}", out)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            _diff(x, y, f"{where}[{i}]", out)
+    else:
+        out.append(f"{where}: {_short(a)} -> {_short(b)}")
+
+
+def _snapshot(instances):
+    try:
+        return {name: _plain(inst) for name, inst in instances.items()}
+    except Exception as exc:  # noqa: BLE001 - the state report must never cost the results
+        return {"(state not readable)": type(exc).__name__}
+
+
+def _changes(before, after):
+    try:
+        out = []
+        _diff(before, after, "", out)
+        return [line.lstrip(".") for line in out]
+    except Exception as exc:  # noqa: BLE001 - the state report must never cost the results
+        return [f"(state not readable: {type(exc).__name__})"]
+
+
 def _execute(req):
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import execute_multi_turn_func_call
 
     entry = req["entry"]
     allowed = _methods(entry["involved_classes"])
-    results = []
+    args = (entry["initial_config"], entry["involved_classes"], MODEL_NAME, entry["id"])
+    _, instances = execute_multi_turn_func_call([], *args)  # builds the environments from the initial config
+    before = _snapshot(instances)
+    results, states = [], []
     for calls in req["turns"]:
-        out, _ = execute_multi_turn_func_call(screened(calls, allowed), entry["initial_config"],
-                                              entry["involved_classes"], MODEL_NAME, entry["id"])
+        out, instances = execute_multi_turn_func_call(screened(calls, allowed), *args)
+        after = _snapshot(instances)
         results.append(out)
-    return {"results": results}
+        states.append(_changes(before, after))
+        before = after
+    return {"results": results, "state": states}
 
 
 def _check(req):

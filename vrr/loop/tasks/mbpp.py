@@ -13,7 +13,8 @@
   print its MBPP prompts.
 * ``extract_answer(text)``: the code of the last ```` ```python ```` block (also ``py``/``python3``;
   an untagged block only when there is no tagged one; an unclosed final block counts, as when the
-  output was cut at the token budget). ``None`` when there is no code. It never raises.
+  output was cut at the token budget; fences may nest, as in ```` ``` ```` around ```` ```python ````).
+  ``None`` when there is no code. It never raises.
 * The label (App. B: "sandboxed unit tests on MBPP (5-second timeout)"): the code, after the task's
   ``test_imports``, passes ALL of its ``test_list`` asserts under
   :data:`vrr.loop.testcheck.LABEL_RULE` (5 s of CPU time per process, every hash seed of the rule,
@@ -31,18 +32,21 @@ from __future__ import annotations
 import ast
 import builtins
 import hashlib
+import io
 import json
 import os
 import re
 import textwrap
+import tokenize
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from pathlib import Path
 
 from .. import sandbox
 from ..prompts import PromptSet
+from ..redact import MARKER as REDACTION_MARKER
 from ..testcheck import LABEL_RULE, VOTE_RULE, ExecutionRule, run_tests
-from .base import Problem, Task, local_file, missing_message, rows_from_hub
+from .base import Problem, Task, local_file, missing_message, reads_model_text, rows_from_hub
 from .gsm8k import _numeric_spans, _perturb_number, _rng
 from .gsm8k import apply_perturbation as _apply_span_edit
 
@@ -117,26 +121,62 @@ def load_mbpp(split: str = "test", path: str | os.PathLike | None = None, allow_
 
 
 # --------------------------------------------------------------------------- answers
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)(?:^[ \t]*```|\Z)", re.S | re.M)
 _PY_TAGS = {"python", "py", "python3", "py3"}
+_BARE_FENCE = re.compile(r"[ \t]*```[ \t]*")          # a line that is only a fence: closes the open block
+_LINE_OPENER = re.compile(r"[ \t]*```[ \t]*([A-Za-z0-9_+.-]*)")  # a fence at a line start, with its tag
+_ANY_OPENER = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)")          # outside blocks a fence may follow text
 
 
+def code_blocks(text: str) -> list[tuple[int, str, str]]:
+    """The fenced blocks of a text as ``(start, tag, content)``, ordered by where they open. A bare fence
+    line closes the innermost open block (else it opens an untagged one); a fence line with a tag opens
+    a block, also inside another (models nest ```` ```python ```` inside ```` ``` ````); outside blocks a
+    fence may follow text on its line. Blocks still open at the end run to the end (an output cut at
+    the token budget)."""
+    lines = text.splitlines(keepends=True)
+    blocks, stack, pos = [], [], 0  # stack: (start, tag, content start)
+    for line in lines:
+        body = line.rstrip("\r\n")
+        end = pos + len(line)
+        if stack and _BARE_FENCE.fullmatch(body):
+            start, tag, content_start = stack.pop()
+            blocks.append((start, tag, text[content_start:pos]))
+        elif stack:
+            m = _LINE_OPENER.match(body)
+            if m and m.group(1):
+                stack.append((pos, m.group(1).lower(), end))
+        else:
+            m = _ANY_OPENER.search(body)
+            if m:
+                stack.append((pos + m.start(), m.group(1).lower(), end))
+        pos = end
+    blocks += [(start, tag, text[content_start:]) for start, tag, content_start in stack]
+    return sorted(blocks)
+
+
+@reads_model_text()
 def extract_answer(text: str | None) -> str | None:
     """The code of the last ```python block of a model output (module docstring); None if none."""
-    if not isinstance(text, str) or "```" not in text:
+    if "```" not in text:
         return None
-    tagged, untagged = [], []
-    for m in _FENCE.finditer(text):
-        tag = m.group(1).lower()
-        if tag in _PY_TAGS:
-            tagged.append(m.group(2))
-        elif not tag:
-            untagged.append(m.group(2))
-    blocks = tagged or untagged
-    if not blocks:
+    blocks = code_blocks(text)
+    chosen = [c for _, tag, c in blocks if tag in _PY_TAGS] or [c for _, tag, c in blocks if not tag]
+    if not chosen:
         return None
-    code = textwrap.dedent(blocks[-1]).strip("\n").rstrip()
+    code = textwrap.dedent(chosen[-1]).strip("\n").rstrip()
     return code if code.strip() else None
+
+
+def _redacted_outside_comments(code: str) -> bool:
+    """True when the redaction marker stands in ``code`` anywhere but in a comment (or the code does not
+    tokenize): the redacted code is then not the program the model wrote."""
+    if REDACTION_MARKER not in code:
+        return False
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
+    except (tokenize.TokenError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return True
+    return any(REDACTION_MARKER in t.string for t in tokens if t.type != tokenize.COMMENT)
 
 
 def _pre_check(answer) -> str | None:
@@ -383,10 +423,21 @@ class MBPP(Task):
     def label_rounds(self, items: list[tuple[dict, Problem]]) -> list[int]:
         """Labels of many stored plans in one sandbox batch (``parallel`` at a time, each distinct
         code once)."""
-        pairs = [(rd["answer"] if "answer" in rd else self.extract_answer(rd.get("plan")), problem)
-                 for rd, problem in items]
+        pairs = [(self.stored_answer(rd), problem) for rd, problem in items]
         results = self.check_many(pairs, progress=len(pairs) >= self.progress_min)
         return [int(r.valid) for r in results]
+
+    def stored_answer(self, rd: dict):
+        """The code a stored plan is labeled with: the answer stored at generation (extracted before the
+        plan's problem text was redacted), unless reading the stored plan again gives other code in
+        which the redaction marker stands at most in comments (the extraction rule changed; a redacted
+        comment does not change the program)."""
+        if "answer" not in rd:
+            return self.extract_answer(rd.get("plan"))
+        again = self.extract_answer(rd.get("plan"))
+        if again is not None and again != rd["answer"] and not _redacted_outside_comments(again):
+            return again
+        return rd["answer"]
 
     def make_perturbation(self, problem: Problem, seed: int, kind: str = "auto") -> dict:
         """The PM-stress edit of one statement span (:func:`make_perturbation`)."""
