@@ -391,3 +391,112 @@ def test_calibrate_errors_name_the_example_and_a_deterministic_judge_calibrates_
     assert report.data["accept_histogram_valid"] == [0, 2] and report.data["accept_histogram_invalid"] == [2, 0]
     with pytest.raises(ValueError, match="one vote"):
         exact.calibrate(trainset, lambda example, pred: 1, M=4)
+
+
+# ---------------------------------------------------------------- a real dspy.LM on an OpenAI-compatible server
+class LoopbackServer:
+    """An OpenAI-compatible chat server on 127.0.0.1 that does not follow DSPy's field format for the judge.
+
+    A request whose prompt names the ``verdict`` field is the judge's: it is answered in plain text from
+    ``judge_replies`` in turn ("ACCEPT", "REJECT", or text with no verdict). Any other request is the program's,
+    answered in DSPy's chat format with ``answer``. No reply carries ``usage``, as some servers send none."""
+
+    def __init__(self, judge_replies, answer="4"):
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.judge_replies, self.judge_requests, self.program_requests = list(judge_replies), [], []
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                prompt = "\n".join(str(m.get("content")) for m in body["messages"])
+                with server.lock:
+                    if "verdict" in prompt:
+                        server.judge_requests.append(body)
+                        text = server.judge_replies.pop(0)
+                    else:
+                        server.program_requests.append(body)
+                        text = f"[[ ## answer ## ]]\n{answer}\n\n[[ ## completed ## ]]"
+                data = json.dumps({"id": "r", "object": "chat.completion", "created": 0, "model": body["model"],
+                                   "choices": [{"index": 0, "finish_reason": "stop",
+                                                "message": {"role": "assistant", "content": text}}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "acall"])
+def test_a_dspy_lm_on_an_openai_compatible_server_whose_judge_ignores_dspy_format(mode):
+    """dspy.LM("openai/<model>", api_base=...) against a loopback server: the judge's plain-text replies are
+    votes, a reply without a verdict is an unparsable vote (a rejection, listed in trace.unparsable), one LM
+    call per vote (no JSON-adapter retry), the decisions are an independent controller's on the same votes,
+    and the server's missing usage leaves the tokens unknown (None), not 0."""
+    replies = ["REJECT", "I am not sure about this one.", "REJECT", "ACCEPT", "REJECT", "no idea", "REJECT", "REJECT",
+               "ACCEPT", "ACCEPT", "Yes, ACCEPT.", "ACCEPT", "REJECT", "ACCEPT", "ACCEPT", "ACCEPT"]
+    server = LoopbackServer(replies)
+    try:
+        lm = dspy.LM("openai/loopback-model", api_base=server.url, api_key="EMPTY", cache=False)
+        with dspy.context(lm=lm):
+            qa = VRRRefine(dspy.Predict("question -> answer"), stop_controller(),
+                           judge=dspy.Predict("question, answer -> verdict"))
+            pred = qa(question="What is 2 + 2?") if mode == "sync" else asyncio.run(qa.acall(question="What is 2 + 2?"))
+    finally:
+        server.close()
+    trace = pred.vrr
+    votes = [v for round_votes in trace.votes for v in round_votes]
+    assert len(server.judge_requests) == trace.verifier_calls == len(votes) == 16
+    assert len(server.program_requests) == trace.rounds == 2
+    unparsable = [r for r in replies[:16] if "ACCEPT" not in r and "REJECT" not in r]
+    assert [u["reply"] for u in trace.unparsable] == unparsable and len(unparsable) == 2
+    if mode == "sync":   # acall asks a round's votes concurrently, so their order is the server's
+        assert votes == [int("ACCEPT" in r) for r in replies[:16]]
+    assert sorted(votes[:8]) == sorted(int("ACCEPT" in r) for r in replies[:8])
+    twin = stop_controller()
+    expected = [twin.observe(v) for v in trace.votes]
+    assert [d.action for d in trace.decisions] == [d.action for d in expected] == ["repair", "commit"]
+    assert pred.answer == "4" and trace.candidate == 1
+    judge_usage = trace.usage["judge"]
+    assert judge_usage["calls"] == 16 and judge_usage["calls_without_usage"] == 16
+    assert judge_usage["total_tokens"] is None and trace.usage["generator"]["input_tokens"] is None
+
+
+def test_calibrate_reports_the_mode_that_then_runs():
+    """A judge whose votes do not separate the classes (J-hat = 0 < J_min) with policy="vrr_stop": the report
+    says Stop, as the controller then runs, and a CalibrationWarning names the J test it overrides."""
+    from vrr.policies.online_calibration import CalibrationWarning
+
+    same_votes = [1, 0, 1, 0]
+    rows = [("4", "4"), ("5", "4"), ("4", "5"), ("5", "5"), ("4", "4"), ("5", "4")]
+    trainset = [dspy.Example(question=f"Problem {i}: what is 2 + 2?", answer="4").with_inputs("question")
+                for i in range(len(rows))]
+    gen = DummyLM([{"answer": a} for pair in rows for a in pair])
+    judge_lm = DummyLM(scripted([same_votes] * len(rows)))
+    judge = dspy.Predict(Judge)
+    judge.set_lm(judge_lm)
+    refine = VRRRefine(dspy.Predict("question -> answer"), None, judge)
+    with dspy.context(lm=gen), pytest.warns(CalibrationWarning, match="as asked, although the labeled J-hat 0.000"):
+        report = refine.calibrate(trainset, lambda example, pred, trace=None: pred.answer == example.answer,
+                                  M=4, k_max=2, policy="vrr_stop")
+    assert report.j_hat == 0.0 and report.mode == refine.controller.mode == "stop"
+    assert report.reason == refine.controller.to_dict()["state"]["reason"]
+    judge.set_lm(DummyLM(scripted([[1, 1, 1, 1]])))
+    with dspy.context(lm=DummyLM([{"answer": "4"}])):
+        pred = refine(question="Problem 0: what is 2 + 2?")
+    assert pred.vrr.decisions[0].mode == report.mode

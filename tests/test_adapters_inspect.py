@@ -334,3 +334,65 @@ def test_calibrate_from_log_fits_the_controller_from_the_probe_eval(tmp_path):
         assert calibrate_from_samples(samples, k_max=2, policy="vrr_stop").calibration_report.n_plans == 5
     with pytest.raises(ValueError, match="no 'vrr_probe' record"):
         calibrate_from_samples([samples[1].model_copy(update={"metadata": {}})])
+
+
+def test_unparsable_judge_replies_are_counted_listed_and_scored(tmp_path):
+    """A judge reply with no verdict counts as a rejection (as the calibration counts it), is listed in the
+    trace with its round, and vrr_cost reports how many there were."""
+    votes = ["no idea"] * 3 + ["REJECT"] * 5 + ["ACCEPT"] * 7 + ["hmm"]
+    gen_model = get_model("mockllm/model", custom_outputs=Scripted(["ANSWER: 3", "ANSWER: 4"]))
+    judge_model = get_model("mockllm/model", custom_outputs=Scripted(votes))
+    task = Task(dataset=[Sample(input="What is 2 + 2?", target="4")],
+                solver=vrr_refine(stop_controller(k_max=1), judge_model=judge_model), scorer=[match(), vrr_cost()])
+    [log] = inspect_eval(task, model=gen_model, log_dir=str(tmp_path), display="none")
+    assert log.status == "success", log.error
+    trace = log.samples[0].metadata["vrr"]
+    assert [u["round"] for u in trace["unparsable"]] == [0, 0, 0, 1]
+    assert sorted(u["reply"] for u in trace["unparsable"]) == ["hmm", "no idea", "no idea", "no idea"]
+    assert trace["decisions"][0]["accepts"] == 0 and trace["decisions"][1]["accepts"] == 7
+    cost = {s.name: s.metrics["mean"].value for s in log.results.scores if s.scorer == "vrr_cost"}
+    assert cost["unparsable_votes"] == 4
+
+
+def test_calibrate_from_log_reports_the_mode_that_then_runs(tmp_path):
+    """Votes that do not separate the classes (J-hat = 0) with policy="vrr_stop": the report says Stop, the
+    mode the controller runs, and a CalibrationWarning names the J test it overrides."""
+    from vrr.policies.online_calibration import CalibrationWarning
+
+    plans = {0: ("4", "4"), 1: ("5", "4"), 2: ("4", "5"), 3: ("5", "5"), 4: ("4", "4"), 5: ("5", "4")}
+    asked = {i: 0 for i in plans}
+
+    def generator(last):
+        i = int(last.split("Problem ")[1].split(":")[0])
+        return f"ANSWER: {plans[i][1] if 'reviewers judged' in last else plans[i][0]}"
+
+    def judge(last):
+        i = int(last.split("Problem ")[1].split(":")[0])
+        asked[i] += 1
+        return "ACCEPT" if asked[i] % 2 else "REJECT"      # 2 of 4 for every plan, valid or not
+
+    task = Task(dataset=[Sample(input=f"Problem {i}: what is 2 + 2?", target="4", id=i) for i in plans],
+                scorer=plan_labels(match()),
+                solver=vrr_probe(4, judge_model=get_model("mockllm/model", custom_outputs=Scripted(answer=judge))))
+    [log] = inspect_eval(task, model=get_model("mockllm/model", custom_outputs=Scripted(answer=generator)),
+                         log_dir=str(tmp_path), display="none")
+    with pytest.warns(CalibrationWarning, match="as asked, although the labeled J-hat 0.000"):
+        ctl = calibrate_from_log(log, k_max=2, policy="vrr_stop")
+    report = ctl.calibration_report
+    assert report.j_hat == 0.0 and report.mode == ctl.mode == "stop"
+    assert report.reason == ctl.to_dict()["state"]["reason"]
+
+
+def test_the_panel_posterior_is_reported_under_its_own_name(tmp_path):
+    from vrr.adapters.inspect import mean_posterior
+
+    panel = model_graded_qa(model=[grader("GRADE: C"), grader("GRADE: I")],
+                            reducer=posterior_panel([(0.1, 0.2), (0.3, 0.05)], prior=0.6))
+    task = Task(dataset=[Sample(input="What is 2 + 2?", target="4")], solver=generate(), scorer=panel,
+                metrics=[mean_posterior()])
+    [log] = inspect_eval(task, model=get_model("mockllm/model", custom_outputs=[reply("4")]),
+                         log_dir=str(tmp_path), display="none")
+    [score] = log.results.scores
+    valid, invalid = 0.6 * 0.8 * 0.05, 0.4 * 0.1 * 0.7
+    assert list(score.metrics) == ["mean_posterior"]
+    assert score.metrics["mean_posterior"].value == pytest.approx(valid / (valid + invalid))

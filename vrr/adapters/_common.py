@@ -60,6 +60,24 @@ def deterministic_judge_note(reason: str, controller: OnlineController | None, s
     return note
 
 
+def text_vote(text) -> int | None:
+    """A judge's reply text as a vote: 1 accept, 0 reject, None when no verdict can be read from it.
+
+    A verdict word alone (yes/no, accept/reject, correct/incorrect, true/false, ...) is read
+    case-insensitively; a longer reply goes through the repository's LLM-judge verdict parser
+    (``vrr.loop.verifiers.parse_verdict``)."""
+    if text is None:
+        return None
+    word = str(text).strip().strip(".!*\"'`").lower()
+    if word in _ACCEPT:
+        return 1
+    if word in _REJECT:
+        return 0
+    from ..loop.verifiers import parse_verdict  # a sentence: the LLM judge's verdict parser
+
+    return parse_verdict(str(text))
+
+
 def as_vote(value, where: str, threshold: float | None = None) -> int:
     """A judge's verdict as a vote: 1 accept, 0 reject.
 
@@ -81,14 +99,8 @@ def as_vote(value, where: str, threshold: float | None = None) -> int:
         raise ValueError(f"{where}: a vote must be 0 or 1 (or a bool), got {value!r}; the controller models "
                          "binary judge votes (Eq. 5), so give a threshold for a graded reward")
     if isinstance(value, str):
-        word = value.strip().strip(".!*\"'`").lower()
-        if word in _ACCEPT:
-            return 1
-        if word in _REJECT:
-            return 0
-        from ..loop.verifiers import vote  # a sentence: the LLM judge's verdict parser (unparsable -> 0)
-
-        return vote(value)
+        read = text_vote(value)
+        return 0 if read is None else read   # unparsable counts as a rejection, as in the paper's runs
     raise ValueError(f"{where}: a vote must be a bool, 0/1 or a verdict word, got {type(value).__name__} {value!r}")
 
 
@@ -110,16 +122,20 @@ def calibration_decision(accepts: int, votes: int) -> Decision:
 
 
 def add_usage(usage: dict, role: str, calls: int = 1, input_tokens: int = 0, output_tokens: int = 0,
-              total_tokens: int | None = None) -> None:
-    """Add ``calls`` model calls and their tokens to ``usage[role]`` (roles: generator, judge, repairer)."""
+              total_tokens: int | None = None, calls_without_usage: int = 0) -> None:
+    """Add ``calls`` model calls and their tokens to ``usage[role]`` (roles: generator, judge, repairer).
+
+    ``calls_without_usage`` of them came back without token usage: their tokens are unknown, so the role's
+    token fields become None (unknown, never 0) and ``calls_without_usage`` counts them."""
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}; roles are {ROLES}")
-    row = usage.setdefault(role, {"calls": 0, "input_tokens": 0, "output_tokens": 0, "total_tokens": 0})
+    row = usage.setdefault(role, {"calls": 0, "input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
+                                  "calls_without_usage": 0})
     row["calls"] += int(calls)
-    row["input_tokens"] += int(input_tokens or 0)
-    row["output_tokens"] += int(output_tokens or 0)
-    row["total_tokens"] += int(total_tokens if total_tokens is not None
-                               else (input_tokens or 0) + (output_tokens or 0))
+    row["calls_without_usage"] += int(calls_without_usage)
+    total = total_tokens if total_tokens is not None else (input_tokens or 0) + (output_tokens or 0)
+    for key, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens), ("total_tokens", total)):
+        row[key] = None if row["calls_without_usage"] or row[key] is None else row[key] + int(value or 0)
 
 
 def round_record(decision: Decision) -> dict:
@@ -135,7 +151,9 @@ class LoopTrace:
     ``candidate`` is the round whose plan was returned (it differs from the last round when Guard kept an
     earlier incumbent, Eq. 9). ``verifier_calls`` / ``repair_calls`` are the controller's counts (with
     sequential voting, fewer verifier calls than M per round). ``usage`` holds the model calls and tokens
-    per role (generator: the first plan; judge: the votes; repairer: every rewrite). ``failures`` lists the
+    per role (generator: the first plan; judge: the votes; repairer: every rewrite; tokens None when a call
+    came back without usage). ``unparsable`` lists the judge replies no verdict could be read from: each
+    counted as a rejection, as the paper's runs and the calibration count them. ``failures`` lists the
     calls that raised and were retried; ``judge_note`` says why the judge counts as one vote per round;
     ``error`` is set when the loop itself raised.
     """
@@ -145,6 +163,7 @@ class LoopTrace:
     votes: list[list[int]] = field(default_factory=list)
     usage: dict = field(default_factory=dict)
     failures: list[dict] = field(default_factory=list)
+    unparsable: list[dict] = field(default_factory=list)
     judge_note: str | None = None
     error: str | None = None
 
@@ -178,7 +197,17 @@ class LoopTrace:
                 "verifier_calls": self.verifier_calls, "repair_calls": self.repair_calls,
                 "decisions": [round_record(d) for d in self.decisions], "votes": [list(v) for v in self.votes],
                 "usage": {role: dict(row) for role, row in self.usage.items()},
-                "failures": list(self.failures), "judge_note": self.judge_note, "error": self.error}
+                "failures": list(self.failures), "unparsable": [dict(u) for u in self.unparsable],
+                "judge_note": self.judge_note, "error": self.error}
+
+    def read_vote(self, text, round_: int, parse_vote=None) -> int:
+        """A judge reply as a vote; a reply no verdict can be read from counts as a rejection and is listed
+        in ``unparsable`` (its round and its first 200 characters)."""
+        read = text_vote(text) if parse_vote is None else parse_vote(text)
+        if read is None:
+            self.unparsable.append({"round": round_, "reply": str(text)[:200]})
+            return 0
+        return as_vote(read, f"judge vote in round {round_}")
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,11 @@ model of judge noise. :class:`VRRRefine` keeps that shape and replaces the thres
    loop's :class:`~vrr.adapters._common.LoopTrace` in its ``vrr`` field (decisions, votes, calls and
    tokens per role, retried failures).
 
+A judge LM that does not answer in DSPy's field format (a plain "ACCEPT" from an OpenAI-compatible
+server) is read from its raw reply text: a verdict word, or the LLM-judge verdict parser; a reply with no
+readable verdict is an unparsable vote, counted as a rejection and listed in ``trace.unparsable``. The
+judge's calls go without DSPy's JSON-adapter retry, so one vote is one LM call.
+
 The judge is a DSPy module or signature whose last output field is the verdict, a callable
 ``judge(inputs, prediction) -> 0/1``, or Refine's ``reward_fn`` with a ``threshold`` (vote = reward >=
 threshold; the reward may be a ``dspy.Prediction(score=..., feedback=...)``, whose feedback joins the
@@ -29,6 +34,7 @@ from typing import Any, Callable
 
 import dspy
 from dspy.signatures import InputField
+from dspy.utils.exceptions import AdapterParseError
 from dspy.utils.usage_tracker import track_usage
 
 from ..policies.online import Decision, OnlineController
@@ -44,6 +50,22 @@ def default_feedback(inputs: dict, prediction: dspy.Prediction, decision: Decisi
     shown = "; ".join(f"{k}: {v}" for k, v in prediction.items() if k != "vrr")
     return (f"An earlier attempt answered ({shown}). {vote_feedback(decision)} "
             "Check it step by step and give a corrected answer.")
+
+
+class _RawReply:
+    """A judge reply DSPy's adapter could not parse into the signature's fields: its raw text."""
+
+    def __init__(self, text):
+        self.text = text if isinstance(text, str) else str(text)
+
+
+def _judge_adapter() -> dict:
+    """The judge's adapter: the configured ChatAdapter without its JSON-adapter fallback, which would ask
+    the LM a second time for a reply it then reads as raw text anyway (one vote, one LM call)."""
+    adapter = dspy.settings.adapter
+    if adapter is None or type(adapter) is dspy.ChatAdapter:
+        return {"adapter": dspy.ChatAdapter(use_json_adapter_fallback=False)}
+    return {}
 
 
 class _Hidden:
@@ -235,25 +257,30 @@ class VRRRefine(dspy.Module):
         """The module at its own rollout id (with the repair hint after round 0); yields the module, records
         the calls and tokens of the plan's role and keeps the module's own trace."""
         mod = self.module.deepcopy()
-        mod.set_lm(run.lm.copy(rollout_id=run.next_rollout(), temperature=self.temperature))
         hint = None
         if req.decision is not None:
             hint = self.feedback_fn(run.kwargs, req.previous, req.decision)
             if run.notes:
                 hint += " Reviewer feedback: " + " | ".join(dict.fromkeys(run.notes))
         adapter = {} if hint is None else {"adapter": _hint_adapter(hint)}
+        lm = run.lm.copy(rollout_id=run.next_rollout(), temperature=self.temperature)
+        mod.set_lm(lm)
         with track_usage() as usage:
             try:
                 with dspy.context(trace=[], **adapter):
                     yield mod
                     run.dspy_traces.append(list(dspy.settings.trace))
             finally:  # a call that raised still spent its tokens
-                self._count(run.trace, req.role, usage)
+                self._count(run.trace, req.role, usage, lm)
 
     @staticmethod
-    def _count(trace: LoopTrace, role: str, usage) -> None:
+    def _count(trace: LoopTrace, role: str, usage, lm=None) -> None:
+        """The calls of one step and their tokens. The calls are the LM copy's history entries (a reply without
+        usage leaves no usage entry, and its tokens are unknown, not 0); without history, the usage entries."""
         entries = [e for per_lm in usage.usage_data.values() for e in per_lm]
-        add_usage(trace.usage, role, calls=len(entries))
+        history = getattr(lm, "history", None) if lm is not None and not dspy.settings.disable_history else None
+        calls = len(history) if history is not None else len(entries)
+        add_usage(trace.usage, role, calls=calls, calls_without_usage=max(0, calls - len(entries)))
         for e in entries:
             add_usage(trace.usage, role, calls=0, input_tokens=e.get("prompt_tokens") or 0,
                       output_tokens=e.get("completion_tokens") or 0, total_tokens=e.get("total_tokens") or 0)
@@ -285,58 +312,75 @@ class VRRRefine(dspy.Module):
         """What one vote calls: the judge module (a copy at its own rollout id) and its inputs, or the
         callable judge; the judge's calls stay out of the program's trace, as Refine keeps reward_fn's."""
         if self._judge_fn is not None:
-            return None, (run.kwargs, pred)
+            return None, (run.kwargs, pred), None
         available = {**run.kwargs, **{key: pred[key] for key in pred.keys()}}
         missing = [name for name in self._judge_inputs if name not in available]
         if missing:
             raise ValueError(f"the judge's inputs {missing} are neither inputs of the call nor outputs of the module "
                              f"(have {sorted(available)})")
         judge = self.judge.deepcopy()
-        judge.set_lm(run.judge_lm.copy(rollout_id=run.next_judge_rollout(), temperature=self.judge_temperature))
-        return judge, {name: available[name] for name in self._judge_inputs}
+        lm = run.judge_lm.copy(rollout_id=run.next_judge_rollout(), temperature=self.judge_temperature)
+        judge.set_lm(lm)
+        return judge, {name: available[name] for name in self._judge_inputs}, lm
 
-    def _read_vote(self, run: _Run, verdict, where: str) -> int:
+    def _read_vote(self, run: _Run, verdict, where: str, round_: int) -> int:
+        if isinstance(verdict, _RawReply):   # the judge LM ignored DSPy's format: its raw text
+            return run.trace.read_vote(verdict.text, round_)
         if self._judge_fn is None:
-            return as_vote(verdict[self.verdict_field], where)
+            value = verdict[self.verdict_field]
+            if isinstance(value, str):
+                return run.trace.read_vote(value, round_)
+            return as_vote(value, where)
         score, note = _score_and_feedback(verdict)
         if note:
             run.notes.append(str(note))
+        if isinstance(score, str) and self.threshold is None:
+            return run.trace.read_vote(score, round_)
         return as_vote(score, where, self.threshold)
 
     def _vote(self, run: _Run, req: Votes) -> int:
         while True:
-            judge, args = self._judge_call(run, req.plan)
+            judge, args, lm = self._judge_call(run, req.plan)
             try:
-                with track_usage() as usage, dspy.context(trace=[]):
-                    verdict = self._judge_fn(*args) if judge is None else judge(**args)
+                with track_usage() as usage, dspy.context(trace=[], **_judge_adapter()):
+                    try:
+                        verdict = self._judge_fn(*args) if judge is None else judge(**args)
+                    except AdapterParseError as exc:
+                        verdict = _RawReply(exc.lm_response)
                 break
             except Exception as exc:  # noqa: BLE001 - a judge call that raises is retried, as a module call
+                self._count(run.trace, "judge", usage, lm)
                 run.budget.failed("judge", req.round, exc)
-        return self._counted_vote(run, req, verdict, usage, judge is None)
+        return self._counted_vote(run, req, verdict, usage, judge is None, lm)
 
     async def _avote(self, run: _Run, req: Votes) -> int:
         while True:
-            judge, args = self._judge_call(run, req.plan)
+            judge, args, lm = self._judge_call(run, req.plan)
             try:
-                with track_usage() as usage, dspy.context(trace=[]):
-                    if judge is None:
-                        verdict = self._judge_fn(*args)
-                        if inspect.isawaitable(verdict):
-                            verdict = await verdict
-                    else:
-                        verdict = await judge.acall(**args)
+                with track_usage() as usage, dspy.context(trace=[], **_judge_adapter()):
+                    try:
+                        if judge is None:
+                            verdict = self._judge_fn(*args)
+                            if inspect.isawaitable(verdict):
+                                verdict = await verdict
+                        else:
+                            verdict = await judge.acall(**args)
+                    except AdapterParseError as exc:
+                        verdict = _RawReply(exc.lm_response)
                 break
             except Exception as exc:  # noqa: BLE001
+                self._count(run.trace, "judge", usage, lm)
                 run.budget.failed("judge", req.round, exc)
-        return self._counted_vote(run, req, verdict, usage, judge is None)
+        return self._counted_vote(run, req, verdict, usage, judge is None, lm)
 
-    def _counted_vote(self, run: _Run, req: Votes, verdict, usage, function: bool) -> int:
+    def _counted_vote(self, run: _Run, req: Votes, verdict, usage, function: bool, lm) -> int:
         """The vote read from a verdict (a verdict that is no vote is an error, never retried); the call
         counted for the judge (a Python judge is one call without tokens)."""
-        self._count(run.trace, "judge", usage)
         if function:
             add_usage(run.trace.usage, "judge")
-        return self._read_vote(run, verdict, f"judge vote in round {req.round}")
+        else:
+            self._count(run.trace, "judge", usage, lm)
+        return self._read_vote(run, verdict, f"judge vote in round {req.round}", req.round)
 
     # ------------------------------------------------------------------ the loop
     def _new_run(self, kwargs: dict) -> _Run:

@@ -33,7 +33,8 @@ from typing import Callable, Sequence
 
 from inspect_ai.log import EvalLog, EvalSample, read_eval_log, transcript
 from inspect_ai.model import ChatMessageUser, GenerateConfig, Model, ModelOutput, get_model
-from inspect_ai.scorer import (Score, Scorer, Target, mean, score_reducer, scorer, value_to_float)
+from inspect_ai.scorer import (Metric, SampleScore, Score, Scorer, Target, mean, metric, score_reducer, scorer,
+                                value_to_float)
 from inspect_ai.scorer import ScoreReducer
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.util import collect, resource
@@ -103,15 +104,16 @@ class _SampleLoop:
         out = []
         for reply in replies:
             self._count("judge", reply)
-            text = reply.completion
-            out.append(as_vote(self.parse_vote(text), f"parse_vote in round {req.round}") if self.parse_vote
-                       else as_vote(text, f"judge reply in round {req.round}"))
+            out.append(self.trace.read_vote(reply.completion, req.round, self.parse_vote))
         return out
 
     def _count(self, role: str, output: ModelOutput) -> None:
         u = output.usage
-        add_usage(self.trace.usage, role, input_tokens=u.input_tokens if u else 0,
-                  output_tokens=u.output_tokens if u else 0, total_tokens=u.total_tokens if u else 0)
+        if u is None:   # the provider reported no usage: unknown, not 0
+            add_usage(self.trace.usage, role, calls_without_usage=1)
+            return
+        add_usage(self.trace.usage, role, input_tokens=u.input_tokens, output_tokens=u.output_tokens,
+                  total_tokens=u.total_tokens)
 
     def keep(self) -> None:
         """The trace into the sample's metadata and store (kept in the log, also for a sample that errs)."""
@@ -199,13 +201,16 @@ def vrr_refine(controller: OnlineController, judge_model: str | Model | None = N
     return solve
 
 
-COST_FIELDS = ("verifier_calls", "repair_calls", "rounds", "generator_tokens", "judge_tokens", "repairer_tokens")
+COST_FIELDS = ("verifier_calls", "repair_calls", "rounds", "unparsable_votes", "generator_tokens", "judge_tokens",
+               "repairer_tokens")
 
 
 @scorer(metrics={name: [mean()] for name in COST_FIELDS})
 def vrr_cost() -> Scorer:
-    """The loop's costs per sample, averaged over the eval: verifier calls (judge votes), repairs, rounds and
-    total tokens per role (generator: the first answer; judge: the votes; repairer: every rewrite).
+    """The loop's costs per sample, averaged over the eval: verifier calls (judge votes), repairs, rounds, judge
+    replies no verdict could be read from (each counted as a rejection) and total tokens per role
+    (generator: the first answer; judge: the votes; repairer: every rewrite). A role whose provider reported
+    no usage for some call has unknown tokens: NaN, never 0.
 
     Reads the trace :func:`vrr_refine` stores in ``state.metadata["vrr"]``; a sample without one is unscored.
     """
@@ -217,9 +222,10 @@ def vrr_cost() -> Scorer:
                                   explanation="no vrr trace in the sample's metadata (is the solver vrr_refine?)")
         usage = trace.get("usage", {})
         value = {"verifier_calls": trace["verifier_calls"], "repair_calls": trace["repair_calls"],
-                 "rounds": trace["rounds"]}
+                 "rounds": trace["rounds"], "unparsable_votes": len(trace.get("unparsable", []))}
         for role in ("generator", "judge", "repairer"):
-            value[f"{role}_tokens"] = usage.get(role, {}).get("total_tokens", 0)
+            tokens = usage.get(role, {}).get("total_tokens", 0)
+            value[f"{role}_tokens"] = float("nan") if tokens is None else tokens
         calls = ", ".join(f"{role} {row['calls']} calls" for role, row in usage.items())
         return Score(value=value, explanation=f"committed round {trace['candidate']}; {calls}")
 
@@ -364,6 +370,19 @@ def calibrate_from_log(log: EvalLog | str | Path, *, scorer: str | None = None, 
 
 
 # ---------------------------------------------------------------------- grader panels
+@metric
+def mean_posterior() -> Metric:
+    """The mean over samples of the panel posterior Pr(valid | grades) (:func:`posterior_panel`), under its
+    own name: the grader scorer's default metric would call it accuracy, which it is not. Give it to the
+    task, ``Task(..., scorer=panel, metrics=[mean_posterior()])``; unscored panels are left out."""
+
+    def compute(scores: list[SampleScore]) -> float:
+        values = [float(s.score.value) for s in scores if isinstance(s.score.value, (int, float))]
+        return sum(values) / len(values) if values else float("nan")
+
+    return compute
+
+
 @score_reducer(name="vrr_posterior")
 def posterior_panel(rates: Sequence[tuple[float, float]], prior: float = 0.5, accept: Sequence = ("C",),
                     reject: Sequence = ("I",)) -> ScoreReducer:
