@@ -524,3 +524,16 @@ def test_the_planned_mode_is_the_mode_the_first_round_runs_in(policy, j_hat):
     assert mode == expected
     if policy != "algorithm1" and expected != ("stop" if j_hat >= 0.1 else "guard"):
         assert "as asked, although the labeled J-hat" in reason
+
+
+def test_tokens_a_vote_does_not_report_are_unknown_not_zero():
+    ctl = _stop()
+    d = ctl.observe([0, 0, 1, 0], tokens=[5, 5, 5, 5])
+    assert d.tokens == 20
+    ctl.add_vote(1, tokens=7)
+    ctl.add_vote(1)                                   # no count: the total is no longer known
+    resumed = OnlineController.from_json(ctl.to_json())
+    for c in (ctl, resumed):
+        d = c.observe([1, 1])
+        assert d.tokens is None and d.verifier_calls == 8
+    assert _stop().observe([1, 1, 1, 1]).tokens is None

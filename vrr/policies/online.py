@@ -144,7 +144,8 @@ class Decision:
     * ``mode``: ``"stop"`` or ``"guard"`` after this round, ``reason``: why (J diagnostic, Eq. 8, budget);
     * ``accepts`` / ``votes``: accepting votes and votes received this round;
     * ``verifier_calls`` / ``repair_calls``: totals for this problem so far (a repair decision counts the
-      repair it asks for); ``tokens``: the verifier tokens reported with the votes so far.
+      repair it asks for); ``tokens``: the verifier tokens reported with the votes so far, None (unknown,
+      not 0) once a vote came without its token count.
     """
 
     action: str
@@ -159,7 +160,7 @@ class Decision:
     votes: int
     verifier_calls: int
     repair_calls: int
-    tokens: int = 0
+    tokens: int | None = 0
 
     @property
     def committed(self) -> bool:
@@ -561,6 +562,7 @@ class OnlineController:
         self._verifier_calls = 0
         self._repair_calls = 0
         self._tokens = 0
+        self._votes_without_tokens = 0
         self._done = False
         self._last: Decision | None = None
         self._cache: dict = {}
@@ -844,7 +846,7 @@ class OnlineController:
             if self._cfg["budget_tokens"] is not None:
                 raise ValueError(f"round {self._k}: field 'tokens': budget_tokens is set, so every vote needs "
                                  "its token count (add_vote(v, tokens=n))")
-            return 0
+            return None   # unknown, not 0
         return _integer(tokens, f"round {self._k}", "tokens", "the vote's token count, an integer >= 0", low=0)
 
     def add_vote(self, vote, tokens: int | None = None) -> None:
@@ -861,7 +863,10 @@ class OnlineController:
         self._accepts += v
         self._n += 1
         self._verifier_calls += 1
-        self._tokens += t
+        if t is None:
+            self._votes_without_tokens += 1
+        else:
+            self._tokens += t
 
     def _budget_choice(self, mode: str, incumbent: int | None, best: tuple | None) -> tuple[int, str]:
         """The plan a spent budget returns, and why, by the mode the loop is in.
@@ -900,7 +905,7 @@ class OnlineController:
         if step is None:
             candidate, what = self._budget_choice(self._mode, self._incumbent, best)
             step = _Step("commit", candidate, self._mode, f"budget spent in round {k} ({self._verifier_calls} "
-                         f"verifier calls, {self._tokens} tokens): {what}", self._incumbent,
+                         f"verifier calls, {self._tokens_reported()}): {what}", self._incumbent,
                          self._incumbent_votes, False)
         elif step.action == "repair" and self._spent():
             # the repaired plan could get no vote: return what the budget returns after this round
@@ -910,7 +915,8 @@ class OnlineController:
         if step.action == "repair":
             self._repair_calls += 1
         decision = Decision(step.action, k, int(step.candidate), b, g, radius, step.mode, step.reason, s, n,
-                            self._verifier_calls, self._repair_calls, self._tokens)
+                            self._verifier_calls, self._repair_calls,
+                            None if self._votes_without_tokens else self._tokens)
         if step.action == "commit":
             self._done = True
         else:
@@ -956,7 +962,7 @@ class OnlineController:
             if budget_tokens is not None and used >= budget_tokens:
                 raise ValueError(f"round {self._k}: field 'votes': the token budget ({budget_tokens}) is spent "
                                  f"after vote {i} of {len(votes)}; send votes while need_vote() is True")
-            used += t
+            used += t or 0
         saved = self._snapshot()
         try:
             for v, t in zip(votes, tokens):
@@ -964,7 +970,7 @@ class OnlineController:
             return self.decide()
         except ValueError as exc:
             self._restore_snapshot(saved)   # all or nothing: the refused call leaves no vote behind
-            if self._n + len(votes) < self._cfg["M"] and not self._spent_after(len(votes), sum(tokens)):
+            if self._n + len(votes) < self._cfg["M"] and not self._spent_after(len(votes), sum(t or 0 for t in tokens)):
                 need = self._cfg["M"] - self._n
                 raise ValueError(f"round {self._k}: field 'votes': {len(votes)} vote(s) leave the round at "
                                  f"{self._n + len(votes)} of M={self._cfg['M']}, which does not decide it; nothing "
@@ -973,8 +979,13 @@ class OnlineController:
             raise
 
     _STATE = ("_k", "_prior", "_prior_grid", "_mode", "_reason", "_incumbent", "_incumbent_votes", "_best_round",
-              "_best_belief", "_accepts", "_n", "_verifier_calls", "_repair_calls", "_tokens", "_done", "_last",
-              "_cache")
+              "_best_belief", "_accepts", "_n", "_verifier_calls", "_repair_calls", "_tokens", "_votes_without_tokens",
+              "_done", "_last", "_cache")
+
+    def _tokens_reported(self) -> str:
+        if self._votes_without_tokens:
+            return f"tokens unknown for {self._votes_without_tokens} vote(s)"
+        return f"{self._tokens} tokens"
 
     def _snapshot(self) -> dict:
         return {name: getattr(self, name) for name in self._STATE}
@@ -1009,6 +1020,7 @@ class OnlineController:
             "incumbent_votes": self._incumbent_votes, "best_round": self._best_round,
             "best_belief": self._best_belief, "accepts": self._accepts, "votes": self._n,
             "verifier_calls": self._verifier_calls, "repair_calls": self._repair_calls, "tokens": self._tokens,
+            "votes_without_tokens": self._votes_without_tokens,
             "done": self._done, "last": None if self._last is None else self._last.as_dict()},
             "calibration": None if self.calibration_report is None else self.calibration_report.to_dict()}
 
@@ -1091,6 +1103,8 @@ class OnlineController:
         vcalls = field("verifier_calls", lambda v: is_int(v) and v >= n, f"an integer >= {n}")
         rcalls = field("repair_calls", lambda v: is_int(v) and v >= 0, "an integer >= 0")
         tokens = field("tokens", lambda v: is_int(v) and v >= 0, "an integer >= 0")
+        untokened = field("votes_without_tokens", lambda v: is_int(v) and 0 <= v <= vcalls,
+                          f"an integer in 0..{vcalls} (state.verifier_calls)")
         done = field("done", lambda v: isinstance(v, bool), "true or false")
         last = field("last", lambda v: v is None or isinstance(v, dict), "null or a decision object")
         if (incumbent is None) != (inc_votes is None):
@@ -1108,6 +1122,7 @@ class OnlineController:
         self._best_round, self._best_belief = best_round, None if best_belief is None else float(best_belief)
         self._accepts, self._n = accepts, n
         self._verifier_calls, self._repair_calls, self._tokens = vcalls, rcalls, tokens
+        self._votes_without_tokens = untokened
         self._done, self._last = done, last
         self._cache = {}
 
