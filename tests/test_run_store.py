@@ -442,3 +442,9 @@ def test_a_changed_protocol_is_a_run_store_error_naming_config_json(tmp_path):
     with pytest.raises(RunStoreError, match=r"'M': stored 2, requested 3") as caught:
         generate(small_cfg(M=3), tmp_path)
     assert caught.value.path == paths.config
+
+
+def test_a_negative_limit_is_refused_through_the_cli(tmp_path):
+    out = cli("--run-name", "t_lim", "--out-root", str(tmp_path), "--limit", "-1")
+    assert out.returncode == 2 and "argument --limit: must be >= 0, got -1" in out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "t_lim").exists()

@@ -239,3 +239,29 @@ def test_missing_instances_of_an_unsharded_run_are_ranges(tmp_path):
         "5 of 7 trajectories missing: indices 5..9"
     assert index_ranges([1, 2, 3, 5, 7, 9, 10]) == "1..3, 5, 7, 9, 10"
     assert index_ranges([2, 5, 8, 11, 20], step=3) == "2..11 step 3, 20"
+
+
+def test_finalize_only_names_a_missing_shard_and_fails_unless_partial_is_allowed(tmp_path):
+    """Shards 0/3 and 1/3 ran, 2/3 did not: --finalize-only exits 2 naming shard 2/3 and its instances;
+    with --allow-partial it exits 0 and writes arrays.partial.npz."""
+    common = [sys.executable, "-m", "vrr", "generate", "gsm8k_cpu_favorable", "--backend", "fake", "--n", "6",
+              "--probe-n", "3", "--set", "K_max=1", "--set", "M=2", "--run-name", "cli", "--out-root", str(tmp_path),
+              "--no-progress"]
+    for s in ("0/3", "1/3"):
+        out = subprocess.run(common + ["--shard", s], cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "partial", out.stderr[-2000:]
+    final = subprocess.run(common + ["--finalize-only"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert final.returncode == 2 and final.stdout.strip() == "partial", final.stderr[-2000:]
+    line, = final.stderr.strip().splitlines()
+    assert line.startswith(f"error: {tmp_path / 'cli'}: the window is partial: ") and "Traceback" not in line
+    assert ("2 of 6 trajectories missing: shard 2/3 (never ran: no part file): 2, indices 2, 5; "
+            "1 of 3 probe plans missing: shard 2/3 (never ran: no part file): 1, indices 2") in line
+    assert "--allow-partial" in line
+    ok = subprocess.run(common + ["--finalize-only", "--allow-partial"], cwd=REPO, capture_output=True, text=True,
+                        timeout=300)
+    assert ok.returncode == 0 and ok.stdout.strip() == "partial" and "shard 2/3" in ok.stderr
+    assert (tmp_path / "cli" / "arrays.partial.npz").exists() and not (tmp_path / "cli" / "arrays.npz").exists()
+    done = subprocess.run(common + ["--shard", "2/3"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "complete"
+    final = subprocess.run(common + ["--finalize-only"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert final.returncode == 0 and final.stdout.strip() == "complete" and final.stderr == ""

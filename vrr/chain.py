@@ -475,11 +475,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     g = sub.add_parser("generate", help="run or resume a real setting, then label its window")
     setting_args(g)
     g.add_argument("--out-root", default=str(store.DEFAULT_OUT_ROOT))
-    g.add_argument("--limit", type=int, help="at most this many new instances/probe plans this call")
+    g.add_argument("--limit", type=_count_arg, help="at most this many new instances/probe plans this call")
     g.add_argument("--phase", choices=["all", "probe", "traj"], default="all")
     g.add_argument("--no-finalize", action="store_true", help="do not label the window after generating")
     g.add_argument("--finalize-only", action="store_true",
-                   help="only rebuild the outputs from the stored records (window lengths from --n/--probe-n)")
+                   help="only rebuild the outputs from the stored records (window lengths from --n/--probe-n); "
+                        "an incomplete window is an error naming its missing shards and instances")
+    g.add_argument("--allow-partial", action="store_true",
+                   help="with --finalize-only: an incomplete window exits 0 (arrays.partial.npz; what is missing "
+                        "is still named, on stderr)")
     g.add_argument("--no-progress", action="store_true")
     g.add_argument("--shard", metavar="I/N", type=_shard_arg,
                    help="run shard I of N (0 <= I < N: the instances with index %% N == I) into its own part files; "
@@ -505,8 +509,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     setting_args(j)
     j.add_argument("--styles", required=True, help="comma list: style[:votes[:max_plans]]")
     j.add_argument("--split", default="train")
-    j.add_argument("--start", type=int, default=5000)
-    j.add_argument("--problems", type=int, default=40)
+    j.add_argument("--start", type=_count_arg, default=5000)
+    j.add_argument("--problems", type=_count_arg, default=40)
     j.add_argument("--out", help="JSON output")
     argv = list(sys.argv[1:] if argv is None else argv)
     sub.add_parser("notebook", usage="python -m vrr notebook NOTEBOOK OUTPUT [-p NAME VALUE]... [NOTEBOOK OUTPUT ...]",
@@ -558,7 +562,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         for key in WINDOW_KEYS:
             if getattr(a, key, None) is not None:
                 setattr(stored, key, getattr(a, key))
-        print(finalize_setting(paths, stored))
+        status = finalize_setting(paths, stored)
+        print(status)
+        if status != "complete":
+            gaps = window_gaps(paths, stored)
+            if not a.allow_partial:
+                raise store.IncompleteWindowError(paths.dir, f"the window is {status}: {gaps}. Generate what is "
+                                                             "missing, or pass --allow-partial to accept a partial "
+                                                             "window (arrays.partial.npz)")
+            print(f"{paths.dir}: the window is {status}: {gaps}", file=sys.stderr)
         return 0
     phases = ("probe", "traj") if a.phase == "all" else (a.phase,)
     runner.generate(rc, out_root=a.out_root, limit=a.limit, phases=phases, progress=not a.no_progress,
@@ -566,6 +578,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not a.no_finalize:  # a shard's finalize merges whatever every shard has stored so far
         print(finalize_setting(paths, rc))
     return 0
+
+
+def window_gaps(paths, cfg) -> str:
+    """What a run's window lacks, as one line: its missing trajectories and probe plans (by shard in a
+    sharded run: ``vrr.loop.store.missing_instances``), or why a borrowed probe cannot be read."""
+    from .label.labeling import stored_window
+    from .loop.store import RunPaths, missing_instances
+
+    window = stored_window(paths, cfg, paths.dir.parent)
+    probe_part = RunPaths(paths.dir.parent, cfg.probe_from).probe_part if cfg.probe_from else paths.probe_part
+    gaps = [missing_instances(paths.traj_part, window.traj_want, [r["index"] for r in window.traj]),
+            missing_instances(probe_part, window.probe_want, [r["index"] for r in window.probe]),
+            window.probe_missing]
+    return "; ".join(gap for gap in gaps if gap)
+
+
+def _count_arg(text: str) -> int:
+    """A whole number >= 0 (a negative count would slice from the end of a list)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 def _shard_arg(text: str):
