@@ -207,9 +207,11 @@ def test_label_rounds_uses_the_stored_answer_and_checks_each_code_once(task, kno
              # the stored answer wins over a plan whose code lost text to redaction outside a comment
              ({"answer": None, "plan": gold_p.replace("```python\n", "```python\n" + MARKER + "\n")}, p),
              ({"plan": task.synthetic_plan(q, True)}, q),
-             # a plan read again gives other code whose only redaction is in a comment: it wins
+             # a plan read again gives other code that redaction left whole: it wins
+             ({"answer": None, "plan": gold_p.replace("```python\n", "```\n```python\n") + "\n```"}, p),
+             # ... but not when a comment holds the marker (the redacted span may have taken code with it)
              ({"answer": None, "plan": gold_p.replace("```python\n", "```\n```python\n# " + MARKER + "\n") + "\n```"}, p)]
-    assert MBPP().label_rounds(items) == [1, 1, 0, 0, 1, 1]
+    assert MBPP().label_rounds(items) == [1, 1, 0, 0, 1, 1, 0]
 
 
 def test_perturbation_is_a_deterministic_span_of_the_statement(task):
@@ -287,3 +289,5 @@ def test_fences_that_do_not_nest_read_as_before():
     assert extract_answer("See ```python\nA = 1\n```") == "A = 1"                      # a fence after text
     assert extract_answer("```\nA = 1\n```\n```python\nB = 2\n```") == "B = 2"        # tagged wins
     assert extract_answer("```text\nnot code\n```") is None
+    assert extract_answer("```python\nA = 1\n``` This sets A.\nMore prose.") == "A = 1"  # a fence, then prose
+    assert extract_answer("```python\nA = 1\n````") == "A = 1"                             # four backticks

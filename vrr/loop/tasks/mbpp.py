@@ -32,12 +32,10 @@ from __future__ import annotations
 import ast
 import builtins
 import hashlib
-import io
 import json
 import os
 import re
 import textwrap
-import tokenize
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from pathlib import Path
@@ -122,29 +120,30 @@ def load_mbpp(split: str = "test", path: str | os.PathLike | None = None, allow_
 
 # --------------------------------------------------------------------------- answers
 _PY_TAGS = {"python", "py", "python3", "py3"}
-_BARE_FENCE = re.compile(r"[ \t]*```[ \t]*")          # a line that is only a fence: closes the open block
-_LINE_OPENER = re.compile(r"[ \t]*```[ \t]*([A-Za-z0-9_+.-]*)")  # a fence at a line start, with its tag
-_ANY_OPENER = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)")          # outside blocks a fence may follow text
+_LINE_FENCE = re.compile(r"[ \t]*```")                        # a fence at a line start
+_NESTED_OPENER = re.compile(r"[ \t]*```([A-Za-z0-9_+.-]+)[ \t]*")  # a fence and a language tag, nothing else
+_ANY_OPENER = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)")           # outside blocks a fence may follow text
 
 
 def code_blocks(text: str) -> list[tuple[int, str, str]]:
-    """The fenced blocks of a text as ``(start, tag, content)``, ordered by where they open. A bare fence
-    line closes the innermost open block (else it opens an untagged one); a fence line with a tag opens
-    a block, also inside another (models nest ```` ```python ```` inside ```` ``` ````); outside blocks a
-    fence may follow text on its line. Blocks still open at the end run to the end (an output cut at
-    the token budget)."""
+    """The fenced blocks of a text as ``(start, tag, content)``, ordered by where they open. Outside
+    blocks, a fence opens one (with the word after it as its tag; it may follow text on its line).
+    Inside a block, a line that is a fence and a language tag alone opens a nested block (models nest
+    ```` ```python ```` inside ```` ``` ````); any other line starting with a fence (```` ``` ````,
+    ```` ```` ````, ```` ``` Explanation... ````) closes the innermost open block. Blocks still open at
+    the end run to the end (an output cut at the token budget)."""
     lines = text.splitlines(keepends=True)
     blocks, stack, pos = [], [], 0  # stack: (start, tag, content start)
     for line in lines:
         body = line.rstrip("\r\n")
         end = pos + len(line)
-        if stack and _BARE_FENCE.fullmatch(body):
-            start, tag, content_start = stack.pop()
-            blocks.append((start, tag, text[content_start:pos]))
-        elif stack:
-            m = _LINE_OPENER.match(body)
-            if m and m.group(1):
-                stack.append((pos, m.group(1).lower(), end))
+        if stack:
+            nested = _NESTED_OPENER.fullmatch(body)
+            if nested:
+                stack.append((pos, nested.group(1).lower(), end))
+            elif _LINE_FENCE.match(body):
+                start, tag, content_start = stack.pop()
+                blocks.append((start, tag, text[content_start:pos]))
         else:
             m = _ANY_OPENER.search(body)
             if m:
@@ -165,18 +164,6 @@ def extract_answer(text: str | None) -> str | None:
         return None
     code = textwrap.dedent(chosen[-1]).strip("\n").rstrip()
     return code if code.strip() else None
-
-
-def _redacted_outside_comments(code: str) -> bool:
-    """True when the redaction marker stands in ``code`` anywhere but in a comment (or the code does not
-    tokenize): the redacted code is then not the program the model wrote."""
-    if REDACTION_MARKER not in code:
-        return False
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(code).readline))
-    except (tokenize.TokenError, SyntaxError, ValueError, RecursionError, MemoryError):
-        return True
-    return any(REDACTION_MARKER in t.string for t in tokens if t.type != tokenize.COMMENT)
 
 
 def _pre_check(answer) -> str | None:
@@ -429,13 +416,14 @@ class MBPP(Task):
 
     def stored_answer(self, rd: dict):
         """The code a stored plan is labeled with: the answer stored at generation (extracted before the
-        plan's problem text was redacted), unless reading the stored plan again gives other code in
-        which the redaction marker stands at most in comments (the extraction rule changed; a redacted
-        comment does not change the program)."""
+        plan's problem text was redacted), unless reading the stored plan again gives other code that
+        redaction left whole (the extraction rule changed). Code with the redaction marker anywhere, in a
+        comment too, may have lost lines to it (a shown test joined to the comment before it): the stored
+        answer stands."""
         if "answer" not in rd:
             return self.extract_answer(rd.get("plan"))
         again = self.extract_answer(rd.get("plan"))
-        if again is not None and again != rd["answer"] and not _redacted_outside_comments(again):
+        if again is not None and again != rd["answer"] and REDACTION_MARKER not in again:
             return again
         return rd["answer"]
 
