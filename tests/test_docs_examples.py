@@ -2,8 +2,9 @@
 
 The blocks of one page run top to bottom in one namespace, in a fresh interpreter whose working
 directory is the repository root, as a reader would paste them into one session on a fresh clone. The
-run is offline: an audit hook refuses any connection to a non-loopback address, LiteLLM's cost map stays
-local, and Inspect writes its logs to a temporary directory.
+run is offline: an audit hook refuses any connection to a non-loopback address (a block may open its own
+server on 127.0.0.1), and LiteLLM's cost map stays local. Nothing else is arranged for the page: a block
+that would leave a file in the repository root (Inspect's default ./logs, say) fails the test.
 
 A block that cannot run here (it needs a GPU, a model server or a long run) says so in the page, in an
 HTML comment on the line just before its fence: ``<!-- no-run: the reason -->``. It is still parsed. The
@@ -131,14 +132,17 @@ def test_the_page_runs_top_to_bottom(page, tmp_path):
     for b in blocks:
         script.append(f"print({b.where!r}, flush=True)")
         script.append(f"exec(compile({b.code!r}, {b.where!r}, 'exec'), __ns)")
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "INSPECT_LOG_DIR": str(tmp_path / "logs"),
-           "INSPECT_DISPLAY": "none", "PYTHONPATH": str(REPO)}
+    env = {k: v for k, v in os.environ.items() if k != "INSPECT_LOG_DIR"}
+    env.update({"LITELLM_LOCAL_MODEL_COST_MAP": "True", "INSPECT_DISPLAY": "none", "PYTHONPATH": str(REPO)})
+    top_level = set(os.listdir(REPO))
     proc = subprocess.run([sys.executable, "-c", "\n".join(script)], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=600)
+    left = sorted(set(os.listdir(REPO)) - top_level)
     ran = [line for line in proc.stdout.splitlines() if line.startswith(str(page.relative_to(REPO)) + ":")]
     assert proc.returncode == 0, (f"{page.relative_to(REPO)}: the block at {ran[-1] if ran else '?'} failed\n"
                                   f"{proc.stderr[-3000:]}")
     assert len(ran) == len(blocks)
+    assert not left, f"{page.relative_to(REPO)}: running its blocks left {left} in the repository root"
 
 
 # ---------------------------------------------------------------- the names the pages cite
