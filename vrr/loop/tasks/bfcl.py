@@ -33,7 +33,7 @@ from pathlib import Path
 from ...common.paths import shared_data_dirs
 from ..prompts import PromptSet
 from .base import Problem as _Problem
-from .base import Task
+from .base import Task, reads_model_text
 from .gsm8k import _perturb_number, _rng
 from .gsm8k import apply_perturbation as _apply_span
 from ..checker import CheckerProcess
@@ -213,7 +213,8 @@ def load_bfcl(split: str = "python") -> list[Problem]:
 
 # --------------------------------------------------------------------------- answers
 _FENCE = re.compile(r"```[^\n`]*\n?(.*?)```", re.S)
-_CALL_START = re.compile(r"(?m)^[ \t]*(\[?)[ \t]*[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*[ \t]*\(")
+# Possessive runs of blanks: a line of many spaces must not be retried at every split of two adjacent runs.
+_CALL_START = re.compile(r"(?m)^[ \t]*+(\[?)[ \t]*+[A-Za-z_$][\w$]*+(?:\.[A-Za-z_$][\w$]*+)*[ \t]*+\(")
 
 
 def _balanced(text: str, start: int) -> str:
@@ -250,12 +251,13 @@ def _last_call(text: str) -> str | None:
     return _balanced(text, start)
 
 
+@reads_model_text()
 def extract_answer(text) -> str | None:
     """The function call of a model output (App. B answer format): inside the last fenced code block
     that holds one (a later block without a call, such as an echoed template, is passed over; with no
     call in any block, the last block as written), else in the text; the last line starting with
     ``name(`` or ``[name(``, cut at its balancing bracket. None when there is no call."""
-    if not isinstance(text, str) or not text.strip():
+    if not text.strip():
         return None
     blocks = [b for b in _FENCE.findall(text) if b.strip()]
     for block in reversed(blocks):

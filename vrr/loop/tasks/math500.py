@@ -33,7 +33,7 @@ from ..prompts import PromptSet
 from ..redact import MARKER as REDACTION_MARKER
 from .base import Problem as _Problem
 from ..checker import KILL_SECONDS, CheckerProcess
-from .base import Task, local_file, read_jsonl_rows
+from .base import Task, local_file, read_jsonl_rows, reads_model_text
 
 from .gsm8k import _rng, condition_spans, pick_edit
 from .gsm8k import apply_perturbation as _apply_span
@@ -42,6 +42,7 @@ DATASET = "math500"
 SPLITS = ("test",)
 ITEM_SECONDS = 10.0   # the worker's own alarm per item (parse + verify)
 MAX_ANSWER_CHARS = 5000  # longer "answers" are not handed to sympy
+GOLD_CACHE_MAX = 5000    # parsed references kept by a checker worker
 
 
 # --------------------------------------------------------------------------- loading
@@ -89,35 +90,36 @@ def load_math500(split: str = "test", path: str | os.PathLike | None = None,
 _BOXED = re.compile(r"\\boxed\s*\{")
 
 
-def _box_content(text: str, start: int) -> str | None:
-    """The content of the box opened just before ``start`` (balanced braces; ``\\{`` and ``\\}`` are
-    literal braces); None when it is not closed."""
-    depth, k = 1, start
-    while k < len(text):
-        c = text[k]
-        if c == "\\":
-            k += 2  # an escaped character (\{, \}, \\) never opens or closes the box
-            continue
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start:k].strip()
-        k += 1
-    return None
+_BRACE_TOKENS = re.compile(r"\\.|[{}]", re.S)  # an escaped character (\{, \}, \\) or a brace
 
 
+def _boxes(text: str) -> list[tuple[int, int | None]]:
+    """Every ``\\boxed{`` of the text as (index of its "{", index of the "}" closing it or None), in
+    order, from one pass over the braces (``\\{`` and ``\\}`` are literal braces): linear however the
+    boxes nest or fail to close."""
+    openers = [m.end() - 1 for m in _BOXED.finditer(text)]
+    is_box, closes, stack = set(openers), {}, []
+    for tok in _BRACE_TOKENS.finditer(text):
+        if tok.group() == "{":
+            stack.append(tok.start())
+        elif tok.group() == "}" and stack:
+            j = stack.pop()
+            if j in is_box:
+                closes[j] = tok.start()
+    return [(j, closes.get(j)) for j in openers]
+
+
+@reads_model_text()
 def extract_answer(text) -> str | None:
     """Content of the last non-empty ``\\boxed{...}`` of a model output. An empty box (an echo of the
     prompt's "within \\boxed{}") is passed over; None when there is no box or the last one is not
     closed (a truncated output)."""
-    if not isinstance(text, str) or not text:
-        return None
-    for i, hit in enumerate(reversed(list(_BOXED.finditer(text)))):
-        content = _box_content(text, hit.end())
-        if content is None and i == 0:
-            return None
+    for i, (start, end) in enumerate(reversed(_boxes(text))):
+        if end is None:
+            if i == 0:
+                return None
+            continue
+        content = text[start + 1:end].strip()
         if content:
             return content
     return None
@@ -162,6 +164,8 @@ def check_one(gold: str, answer, seconds: float = ITEM_SECONDS, _mv: tuple | Non
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         if gold not in gold_cache:
+            if len(gold_cache) >= GOLD_CACHE_MAX:  # model answers stand as references in agreement votes
+                gold_cache.clear()
             gold_cache[gold] = parse("$" + gold + "$", parsing_timeout=None)
         g = gold_cache[gold]
         a = parse("\\boxed{" + answer + "}", parsing_timeout=None)
@@ -335,8 +339,9 @@ class MATH500(Task):
         return bool(self.check([(answer, problem)])[0]["valid"])
 
     def answers_agree(self, a, b) -> bool:
-        """Two final answers are math-verify equivalent (the re-solving verifier's vote)."""
-        if not isinstance(a, str) or not isinstance(b, str):
+        """Two final answers are math-verify equivalent (the re-solving verifier's vote). Both are model
+        text here (``a`` stands as the reference), so both are bounded like an answer."""
+        if not isinstance(a, str) or not isinstance(b, str) or max(len(a), len(b)) > MAX_ANSWER_CHARS:
             return False
         return bool(check_answers([(b, a)])[0]["valid"])
 
