@@ -6,10 +6,13 @@
 * ``extract_answer(text)`` finds the final numeric answer of a model output: the last explicit
   answer statement that states a number (``\\boxed{N}``, ``#### N``, "The (final) answer is N",
   read at the first number after its phrase; template echoes and quoted statements are passed
-  over), else the last "Answer: N", else the last number. Commas, ``$``, ``%``, trailing units and
-  periods are tolerated.
+  over), else the last "Answer: N", else the last number. Numbers are read by ONE grammar,
+  ``parse_number`` (comma groups of three, decimals, exponents, signs, ``$``, ``%``, units; exact
+  Fractions; non-finite, huge and mixed-script numbers are no number): the references, the plans'
+  answers and what vote programs print.
 * ``is_correct`` / ``label`` implement the paper's GSM8K validity rule (exact match, compared
-  numerically; App. B, "True validity is adjudicated by exact match on GSM8K").
+  numerically; App. B, "True validity is adjudicated by exact match on GSM8K"); ``answers_agree`` is
+  the same comparison for votes (a program's printed answer, another solver's answer).
 * ``make_perturbation`` / ``apply_perturbation`` build the prompt-mismatch (PM) stress setting
   (App. B): the repairer's copy of the problem gets a numeric- or condition-level change,
   deterministic per ``(seed, index)``; judge and labels keep the original. A perturbation spec
