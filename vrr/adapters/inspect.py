@@ -33,8 +33,9 @@ from typing import Callable, Sequence
 
 from inspect_ai.log import EvalLog, EvalSample, read_eval_log, transcript
 from inspect_ai.model import ChatMessageUser, GenerateConfig, Model, ModelOutput, get_model
-from inspect_ai.scorer import (Metric, SampleScore, Score, Scorer, Target, mean, metric, score_reducer, scorer,
+from inspect_ai.scorer import (Metric, SampleScore, Score, Scorer, Target, mean, score_reducer, scorer,
                                 value_to_float)
+from inspect_ai.scorer import metric as inspect_metric   # "metric" in the docs is a DSPy metric(example, pred)
 from inspect_ai.scorer import ScoreReducer
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.util import collect, resource
@@ -370,7 +371,7 @@ def calibrate_from_log(log: EvalLog | str | Path, *, scorer: str | None = None, 
 
 
 # ---------------------------------------------------------------------- grader panels
-@metric
+@inspect_metric
 def mean_posterior() -> Metric:
     """The mean over samples of the panel posterior Pr(valid | grades) (:func:`posterior_panel`), under its
     own name: the grader scorer's default metric would call it accuracy, which it is not. Give it to the

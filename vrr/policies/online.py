@@ -62,9 +62,9 @@ from ..common.atomic import atomic_write
 from ..core.belief import belief_update, boundary, gain, predict, vote_log_likelihoods
 from ..core.guard import keep_best_step
 from ..calibration.identifiability import PARAM_NAMES, radius_grid
+from .online_modes import PAPER_DELTA, PAPER_M, POLICIES, default_delta, planned_mode  # noqa: F401 (public here)
 from .rules import algorithm1_step, stop_commits
 
-POLICIES = ("algorithm1", "vrr_stop", "vrr_guard")
 SEQUENTIAL = ("off", "exact", "predictive", "sprt")
 STATE_VERSION = 3
 CONFIG_FIELDS = ("M", "k_max", "rho0", "rho1", "alpha", "beta", "pi", "policy", "delta", "tau", "repair_cost",
@@ -74,57 +74,6 @@ CONFIG_FIELDS = ("M", "k_max", "rho0", "rho1", "alpha", "beta", "pi", "policy", 
 # floating-point beliefs stay far from the breakpoints' resolution: parameters inside [LIM, 1 - LIM],
 # boundaries |logit b*| <= LOGIT_MAX, and a margin EPS (log-odds) around every breakpoint.
 _LIM, _LOGIT_MAX, _EPS = 1e-4, 15.0, 1e-5
-# Eq. 9's retention margin: the paper's replay-tuned delta = 5 at M = 8 (App. I). Left out, delta keeps that
-# share of a round's votes, ceil(5 M / 8): with delta = 5 at M <= 4 no later plan could ever replace p_0.
-PAPER_DELTA, PAPER_M = 5, 8
-
-
-def default_delta(M: int) -> int:
-    """Eq. 9's retention margin for M votes per round when none is given: ceil(5 M / 8), the paper's
-    delta = 5 at M = 8 (App. I) as the same share of a round's votes (3 at M = 4, 4 at M = 6)."""
-    return max(1, -(-PAPER_DELTA * int(M) // PAPER_M))
-
-
-def planned_mode(policy: str, j_hat: float | None = None, j_min: float = 0.10, stop_mode: bool | None = None,
-                 j_ci: tuple | None = None) -> tuple[str, str]:
-    """The mode a controller starts each problem in, and why: the one definition behind the controller's
-    first decision and every calibration report (``CalibrationReport.mode`` / ``reason``).
-
-    ``"vrr_stop"``: Stop (Sec. 4.1); ``"vrr_guard"``: Guard (Sec. 4.3); ``"algorithm1"``: Stop when the
-    labeled J-hat >= J_min, else Guard (Algorithm 1 line 1), or the given ``stop_mode``. Under VRR-Stop or
-    VRR-Guard a J-hat that would have chosen the other mode is named in the reason.
-    """
-    ci = f" (95% CI {j_ci[0]:.3f}..{j_ci[1]:.3f})" if j_ci is not None else ""
-    j_says = None
-    if j_hat is not None and not math.isnan(j_hat):
-        j_says = "stop" if j_hat >= j_min else "guard"
-    if policy == "vrr_stop":
-        reason = "VRR-Stop (Sec. 4.1): commit when G-hat_k <= tau"
-        if j_says == "guard":
-            reason += (f"; policy 'vrr_stop' as asked, although the labeled J-hat {j_hat:.3f}{ci} is below J_min "
-                       f"{j_min:g}, for which Algorithm 1 would choose Guard mode")
-        return "stop", reason
-    if policy == "vrr_guard":
-        reason = "VRR-Guard (Sec. 4.3): full budget, keep-best incumbent (Eq. 9)"
-        if j_says == "stop":
-            reason += (f"; policy 'vrr_guard' as asked, although the labeled J-hat {j_hat:.3f}{ci} >= J_min "
-                       f"{j_min:g}, for which Algorithm 1 would choose Stop mode")
-        return "guard", reason
-    if policy != "algorithm1":
-        raise ValueError(f"field 'policy': {policy!r} is not one of {POLICIES}")
-    if stop_mode is not None:
-        return ("stop", "Stop mode given") if stop_mode else ("guard", "Guard mode given")
-    if j_hat is None:
-        raise ValueError("field 'j_hat': Algorithm 1 chooses its mode from the labeled J diagnostic; give j_hat "
-                         "(or stop_mode), or pass policy='vrr_stop'")
-    if math.isnan(j_hat):
-        return "guard", "labeled J diagnostic undefined (a class is absent): Guard mode"
-    if j_hat >= j_min:
-        return "stop", f"labeled J-hat {j_hat:.3f}{ci} >= J_min {j_min:g}: Stop mode (Algorithm 1 line 1)"
-    return "guard", (f"labeled J-hat {j_hat:.3f}{ci} below J_min {j_min:g}: the votes barely separate valid from "
-                     "invalid plans, so calibrated stopping is not trustworthy: Guard mode (keep-best, Eq. 9)")
-
-
 class UnknownOptionError(ValueError, TypeError):
     """A keyword the controller does not take; the message names it and the nearest option. (A TypeError
     too, as Python's own error for an unknown keyword is.)"""

@@ -37,7 +37,7 @@ from ..calibration.identifiability import PARAM_NAMES, labeled_j_diagnostic, par
 from ..calibration.round_dynamics import shrinkage_strength, shrunk_rate
 from ..common.atomic import atomic_write
 from ..core.model import NoiseParams
-from .online import planned_mode
+from .online_modes import planned_mode
 
 FORMAT = "vrr-online-calibration"
 FORMAT_VERSION = 1
