@@ -551,3 +551,23 @@ def test_usage_a_server_does_not_report_is_unknown_not_zero(stub_factory):
     reporting = engine_for(stub_factory(), n="native")
     reporting.chat([CONV], temperature=0.7, max_tokens=8, n=2)
     assert reporting.last_info["requests_without_usage"] == 0 and reporting.last_info["prompt_tokens"] == 2
+
+
+def test_a_role_on_a_server_without_usage_records_unknown_tokens_and_dollars(stub_factory):
+    """run_meta.json's per-role usage: tokens a server did not report are unknown (None), and so are the dollars
+    priced from them and the total, never 0."""
+    from vrr.loop.engine.openai_backend import UsageUnknownWarning
+    from vrr.loop.engine.roles import RoleEngine, usage_record
+
+    silent, reporting = stub_factory(usage=False), stub_factory()
+    prices = {"price_prompt": 2.0, "price_completion": 10.0}
+    judge = RoleEngine(engine_for(silent), "judge", "judge", prices)
+    gen = RoleEngine(engine_for(reporting), "generator", "generator", prices)
+    with pytest.warns(UsageUnknownWarning):
+        judge.chat([CONV], temperature=0.7, max_tokens=8)
+    gen.chat([CONV], temperature=0.7, max_tokens=8)
+    usage = usage_record({"judge": judge, "generator": gen})["usage"]
+    assert usage["judge"]["prompt_tokens"] is None and usage["judge"]["completion_tokens"] is None
+    assert usage["judge"]["dollars"] is None and usage["judge"]["requests_without_usage"] == 1
+    assert usage["generator"]["prompt_tokens"] == 2 and usage["generator"]["dollars"] > 0
+    assert usage["total_dollars"] is None

@@ -42,7 +42,8 @@ class RoleEngine:
     def __init__(self, engine, role: str, first_role: str, prices: Mapping | None = None):
         self.base, self.role, self.first_role = engine, role, first_role
         self.prices = {k: v for k, v in (prices or {}).items() if v is not None}
-        self.stats = {"calls": 0, "requests": 0, "prompt_tokens": 0, "generated_tokens": 0, "seconds": 0.0}
+        self.stats = {"calls": 0, "requests": 0, "prompt_tokens": 0, "generated_tokens": 0, "seconds": 0.0,
+                      "requests_without_usage": 0}
 
     @property
     def last_info(self) -> dict:
@@ -61,6 +62,7 @@ class RoleEngine:
         self.stats["prompt_tokens"] += int(info.get("prompt_tokens", 0))
         self.stats["generated_tokens"] += int(info.get("generated_tokens", 0))
         self.stats["seconds"] += float(info.get("seconds", 0.0))
+        self.stats["requests_without_usage"] += int(info.get("requests_without_usage", 0))
         return out
 
     def reward(self, conversations: Sequence) -> list[list[float]]:
@@ -74,7 +76,10 @@ class RoleEngine:
         return {"same_engine_as": self.first_role}
 
     def usage(self) -> dict:
-        """The role's requests and tokens (``completion_tokens``: generated), and dollars when priced."""
+        """The role's requests and tokens (``completion_tokens``: generated), and dollars when priced.
+
+        A server that answered some requests without ``usage`` leaves the role's tokens unknown: they and the
+        dollars are ``None`` (with ``requests_without_usage``), never a sum that counts those requests as 0."""
         out = {"requests": self.stats["requests"], "prompt_tokens": self.stats["prompt_tokens"],
                "completion_tokens": self.stats["generated_tokens"]}
         notes = self.base.usage_notes() if hasattr(self.base, "usage_notes") else {}
@@ -82,8 +87,11 @@ class RoleEngine:
             out["votes_sent_as"] = notes["votes_sent_as"]
         if self.role == self.first_role and "http_attempts" in notes:  # the engine's, retries included
             out["http_attempts"] = notes["http_attempts"]
+        unknown = self.stats["requests_without_usage"]
+        if unknown:
+            out.update(prompt_tokens=None, completion_tokens=None, requests_without_usage=unknown)
         if self.prices:
-            out["dollars"] = round(self.stats["prompt_tokens"] * self.prices.get("price_prompt", 0.0) / 1e6
+            out["dollars"] = None if unknown else round(self.stats["prompt_tokens"] * self.prices.get("price_prompt", 0.0) / 1e6
                                    + self.stats["generated_tokens"] * self.prices.get("price_completion", 0.0) / 1e6, 6)
         return out
 
@@ -99,7 +107,8 @@ def usage_record(engines: Mapping) -> dict:
     if not usage:
         return {}
     if any("dollars" in u for u in usage.values()):
-        usage["total_dollars"] = round(sum(u.get("dollars", 0.0) for u in usage.values()), 6)
+        dollars = [u.get("dollars", 0.0) for u in usage.values()]
+        usage["total_dollars"] = None if None in dollars else round(sum(dollars), 6)
     return {"usage": usage}
 
 
