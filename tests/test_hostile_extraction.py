@@ -69,7 +69,7 @@ HOSTILE = [
     (math500, "\\boxed{" * DEEP + "x" + "}" * DEEP, "x"),
     (math500, "\\boxed{" + "\\{" * DEEP + "}", "\\{" * DEEP),                   # escaped braces are literal
     (mbpp, "```\n" * DEEP, None),                                              # fences only
-    (mbpp, _nested_fences(1_000), "def f():\n    return 1"),                   # deep nesting
+    (mbpp, _nested_fences(999), "def f():\n    return 1"),                     # deep nesting
     (mbpp, "```python\nx = '\ud800'\n```", "x = '\ud800'"),                    # a lone surrogate stays text
     (bfcl, " " * 100_000 + "x", None),                                          # blanks: quadratic before
     (bfcl, " " * 50_000 + "[" + " " * 50_000 + "x", None),
