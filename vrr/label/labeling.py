@@ -12,7 +12,6 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -22,7 +21,8 @@ from ..common.jsonio import write_json
 from ..core.model import class_accept_rates
 from ..data.contract import Setting, save_setting
 from ..loop import store
-from ..loop.config import RunConfig, from_stored
+from ..loop.config import RunConfig
+from ..loop.store import stored_window  # noqa: F401  (the chain and status read a window through here)
 from ..loop.tasks import Task, get_task
 from ..loop.verifiers import make_verifier
 from ..settings import SettingConfigError, load_config
@@ -124,47 +124,6 @@ def build_setting(cfg: RunConfig, traj: Sequence[dict], probe: Sequence[dict] | 
     return Setting(S=S, y=y, M=cfg.M, meta=meta, **kw)
 
 
-@dataclass(frozen=True)
-class StoredWindow:
-    """The window's records stored so far: trajectories of ``traj_want``'s instances, and probe plans of
-    ``probe_want`` (the run's own probe, or its ``probe.from`` owner's; ``probe_missing`` says why the
-    owner's cannot be read)."""
-    traj: list[dict]
-    traj_want: set[int]
-    probe: list[dict]
-    probe_want: set[int]
-    probe_missing: str = ""
-
-    @property
-    def traj_complete(self) -> bool:
-        return {r["index"] for r in self.traj} == self.traj_want
-
-    @property
-    def probe_complete(self) -> bool:
-        return {r["index"] for r in self.probe} == self.probe_want and not self.probe_missing
-
-
-def stored_window(paths: store.RunPaths, cfg: RunConfig, out_root: Path) -> StoredWindow:
-    """The records of ``cfg``'s window in the run's part files (every shard's); read only, never repaired."""
-    traj_window = store.trajectory_window(cfg)
-    store.check_window_fits(traj_window, len(get_task(cfg.dataset).load(cfg.split)))
-    traj = store.read_window_records(paths.traj_part, traj_window)
-    probe_missing = ""
-    probe_window = None
-    if cfg.probe_from:
-        src = store.RunPaths(out_root, cfg.probe_from)
-        if src.config.exists():
-            probe_window = store.probe_window(from_stored(store.read_stored_config(src), str(src.config)))
-        else:
-            probe_missing = f"the probe's owner {src.dir} has no config.json"
-        probe = store.read_window_records(src.probe_part, probe_window) if probe_window else []
-    else:
-        probe_window = store.probe_window(cfg)
-        probe = store.read_window_records(paths.probe_part, probe_window)
-    pwant = set(probe_window.indices) if probe_window is not None and probe_window.split else set()
-    return StoredWindow(traj, set(traj_window.indices), probe, pwant, probe_missing)
-
-
 def finalize_setting(paths: store.RunPaths, cfg: RunConfig | None = None,
                      out_root: Path | None = None) -> str:
     """Freeze the window of a run and (re)build its labeled arrays.
@@ -176,33 +135,26 @@ def finalize_setting(paths: store.RunPaths, cfg: RunConfig | None = None,
     "complete" (arrays.npz written), "partial" (arrays.partial.npz; an existing arrays.npz of an
     earlier, shorter frozen window is left in place) or "empty".
     """
-    out_root = Path(out_root) if out_root is not None else paths.dir.parent
-    if cfg is not None:
-        store.check_config(paths, cfg)
-    stored_config = store.read_stored_config(paths)
-    cfg = from_stored(stored_config, str(paths.config))
-
-    stored = stored_window(paths, cfg, out_root)
-    traj, probe = stored.traj, stored.probe
-    if stored.traj_complete:
+    window = store.read_window(paths, cfg, out_root)
+    cfg, traj, probe = window.cfg, window.traj, window.probe
+    if window.traj_complete:
         store.write_jsonl_gz(paths.traj, traj)
-    if stored.probe_complete and probe and not cfg.probe_from:  # a shared probe is stored once, by its owner
+    if window.probe_complete and probe and not cfg.probe_from:  # a shared probe is stored once, by its owner
         store.write_jsonl_gz(paths.probe, probe)
     if not traj:
         return "empty"
-    run_meta = store.read_run_meta(paths)
-    setting = build_setting(cfg, traj, probe or None, run_meta=run_meta, stored_config=stored_config)
+    setting = build_setting(cfg, traj, probe or None, run_meta=window.run_meta, stored_config=window.stored_config)
     environment = get_task(cfg.dataset).execution_environment()
     if environment is not None:  # the machine the labels ran on; the arrays' meta holds only the rule
         write_json(paths.dir / LABEL_ENVIRONMENT, environment, indent=1, sort_keys=True, trailing_newline=True)
-    if stored.traj_complete and (stored.probe_complete or not (stored.probe_want or stored.probe_missing)):
+    if window.traj_complete and (window.probe_complete or not (window.probe_want or window.probe_missing)):
         save_setting(paths.arrays, setting)
         paths.arrays_partial.unlink(missing_ok=True)
         return "complete"
-    setting.meta["partial"] = {"instances_done": len(traj), "instances_total": len(stored.traj_want),
-                               "probe_done": len(probe), "probe_total": len(stored.probe_want)}
-    if stored.probe_missing:
-        setting.meta["partial"]["probe_missing"] = stored.probe_missing
+    setting.meta["partial"] = {"instances_done": len(traj), "instances_total": len(window.traj_want),
+                               "probe_done": len(probe), "probe_total": len(window.probe_want)}
+    if window.probe_missing:
+        setting.meta["partial"]["probe_missing"] = window.probe_missing
     save_setting(paths.arrays_partial, setting)
     return "partial"
 
