@@ -13,11 +13,8 @@ from pathlib import Path
 from ...common.paths import REPO_ROOT
 from ._shard import Shard, shard_of_file
 
-
 DEFAULT_OUT_ROOT = REPO_ROOT / "data" / "real"
-
 TRAJ_PART_NAME = "trajectories.part.jsonl"
-
 PROBE_PART_NAME = "probe.part.jsonl"
 
 

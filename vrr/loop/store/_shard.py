@@ -10,9 +10,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-
 _SHARD_TAG = re.compile(r"\.shard-(\d+)-of-(\d+)\.")
-
 MAX_SHARDS = 100_000
 
 
