@@ -127,7 +127,7 @@ def reproduce_command(a: argparse.Namespace) -> str:
 def main() -> int:
     a = parse_args()
     name = run_name(a)
-    cmd = [a.python, "-m", "vrr", "generate", a.setting, "--n", str(a.n), "--probe-n", "0", "--set", "K_max=1",
+    cmd = [a.python, "-m", "vrr", "generate", a.setting, "--n", str(a.n), "--probe-n", "0", "--set", "probe.from=null", "--set", "K_max=1",
            *generate_overrides(a), "--run-name", name, "--out-root", a.out_root, "--no-progress"]
     print("[screen]", " ".join(shlex.quote(c) for c in cmd), flush=True)
     t0 = time.time()
