@@ -61,7 +61,12 @@ REPAIR_MODES = ("repair", "resample")
 BACKENDS = ("auto", "vllm", "vllm-cpu", "fake", "openai")
 OPENAI_N_MODES = ("auto", "native", "separate")      # how M votes go to a server (vrr.loop.engine.openai_backend)
 OPENAI_PREFILL_MODES = ("vllm", "implicit", "none")  # how a prefilled assistant reply is continued there
-CALIBRATION_METHODS = ("binomial_em", "mom", "labeled_mle", "beta_binomial_em")
+CALIBRATION_METHODS = ("binomial_em", "mom", "labeled_mle", "beta_binomial_em", "semisupervised_em",
+                       "semisupervised_checked")
+# The methods that read the labeled probe (vrr.calibration.estimators.PROBE_METHODS) and the default: the probe's
+# labeled plans with the window's unlabeled votes, pooled where the calibration check passes (docs/integrity.md).
+PROBE_CALIBRATION_METHODS = ("semisupervised_em", "semisupervised_checked")
+DEFAULT_CALIBRATION_METHOD = "semisupervised_checked"
 VOTE_ROUNDS = ("first", "all", "probe")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DOTTED_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -233,7 +238,7 @@ SCHEMA: dict[str, Any] = {
         "kv_cache_dtype": Field("str", default=None, nullable=True, only="real"),
     },
     "calibration": {
-        "method": Field("str", default="binomial_em", choices=CALIBRATION_METHODS),
+        "method": Field("str", default=DEFAULT_CALIBRATION_METHOD, choices=CALIBRATION_METHODS),
         "vote_rounds": Field("str", default="first", choices=VOTE_ROUNDS),
         "n_folds": Field("int", default=5, low=2, high=1000),
         "max_pairs": Field("int", default=300, low=1, high=10 ** 6, nullable=True),
@@ -242,6 +247,8 @@ SCHEMA: dict[str, Any] = {
         "em_max_iter": Field("int", default=2000, low=1, high=10 ** 6),
         "bb_phi_cap": Field("float", default=0.3, low=1e-6, high=1.0),
         "bb_restarts": Field("int", default=8, low=1, high=1000),
+        "check_level": Field("float", default=0.05, low=1e-6, high=0.5),       # the calibration check's level
+        "check_replicates": Field("int", default=200, low=10, high=10 ** 5),  # and its bootstrap replicates
     },
     "data_dir": Field("str", only="real", required=True),
     "params": {
@@ -433,6 +440,15 @@ def validate_config(raw: dict, path, kind_hint: str | None = None) -> dict:
         raise SettingConfigError(path, "calibration.method",
                                  f"verifier kind {cfg['verifier']['kind']!r} is deterministic (App. H): its M votes "
                                  "repeat one answer, so rho0, rho1 must come from labeled samples (labeled_mle)")
+    method = cfg["calibration"]["method"]
+    if method in PROBE_CALIBRATION_METHODS:
+        if cfg["probe"]["n"] == 0 and cfg["probe"].get("from") is None:
+            raise SettingConfigError(path, "calibration.method",
+                                     f"{method!r} reads the labeled probe, and this setting has none (probe.n = 0); "
+                                     "give a probe or choose binomial_em (label-free) or labeled_mle")
+        if cfg["calibration"]["vote_rounds"] == "probe":
+            raise SettingConfigError(path, "calibration.vote_rounds",
+                                     f"{method!r} takes its unlabeled votes from the window: 'first' or 'all'")
     if kind == "real":
         pert = cfg["perturbation"]
         to_round = pert["to_round"]

@@ -6,7 +6,13 @@ Vote-noise estimators (rho0, rho1) from acceptance counts S of M votes:
                               highest log-likelihood kept, "higher-acceptance component = valid";
   * ``method_of_moments``     closed-form two-point mixture from the first three factorial moments;
   * ``labeled_mle``           per-class acceptance frequencies on labeled plans;
-  * ``beta_binomial_em``      mixture of two beta-binomials with capped over-dispersion.
+  * ``beta_binomial_em``      mixture of two beta-binomials with capped over-dispersion;
+  * ``semisupervised_em``     the binomial mixture fit to unlabeled counts and the labeled probe together
+                              (``vrr.calibration.semisupervised``);
+  * ``semisupervised_checked`` the semi-supervised EM where the calibration check (``vrr.calibration.check``)
+                              finds the label-free EM in agreement with the probe's labels, the probe's labeled
+                              MLE alone where it rejects: there the unlabeled votes do not follow the binomial
+                              mixture, and pooling them pulls the rates away from the labels.
 Repair transitions (alpha, beta) are frequencies on labeled first-round before/after pairs
 (at most 300), and the prior pi is the validity rate of initial plans. ``crossfit`` fits all of
 them on four folds and applies them to the fifth, so no decision touches its own label.
@@ -28,7 +34,10 @@ MAX_TRANSITION_PAIRS = 300
 # A mixture of two binomials (weight, two rates) is identifiable from Bin(M) counts only when M >= 3
 # (Teicher 1963: 2 components need 2k - 1 = 3 trials); the capped beta-binomial mixture has five
 # parameters, so it needs at least five vote cells.
-MIN_VOTES = {"binomial_em": 3, "mom": 3, "beta_binomial_em": 5, "labeled_mle": 1}
+MIN_VOTES = {"binomial_em": 3, "mom": 3, "beta_binomial_em": 5, "labeled_mle": 1, "semisupervised_em": 1,
+             "semisupervised_checked": 3}
+# The methods that read the labeled probe besides the window's votes.
+PROBE_METHODS = ("semisupervised_em", "semisupervised_checked")
 
 
 def _require_votes(method: str, M: int) -> None:
@@ -51,11 +60,14 @@ class EstimatorOptions:
     em_max_iter: int = 2000
     bb_phi_cap: float = 0.3
     bb_restarts: int = 8
+    check_level: float = 0.05      # the calibration check's level (vrr.calibration.check)
+    check_replicates: int = 200    # its bootstrap replicates
 
     @classmethod
     def from_setting(cls, calibration_block: dict) -> "EstimatorOptions":
         return cls(**{k: calibration_block[k] for k in ("em_restarts", "em_tol", "em_max_iter", "bb_phi_cap",
-                                                          "bb_restarts")})
+                                                          "bb_restarts", "check_level", "check_replicates")
+                      if k in calibration_block})
 
 
 @dataclass(frozen=True)
@@ -106,6 +118,7 @@ class Calibration:
     n_pi: int
     M: int
     rules: dict = field(default_factory=dict)
+    check: dict | None = None     # the calibration check behind ``semisupervised_checked`` (CalibrationCheck.as_dict)
 
 
 def _histogram(S, M: int, weights=None) -> np.ndarray:
@@ -424,8 +437,17 @@ def beta_binomial_em(S, M: int, phi_cap: float = 0.3, n_restarts: int = 8, seed:
 
 
 def fit_vote_noise(method: str, S, M: int, y=None, seed: int = 0,
-                   options: EstimatorOptions = EstimatorOptions()) -> VoteNoiseFit:
-    """Dispatch to one of ``VOTE_METHODS``; ``labeled_mle`` needs labels ``y``."""
+                   options: EstimatorOptions = EstimatorOptions(), labeled=None) -> VoteNoiseFit:
+    """Dispatch to one of ``VOTE_METHODS``; ``labeled_mle`` needs labels ``y``; ``semisupervised_em`` takes ``S``
+    as unlabeled counts and ``labeled = (S_l, y_l, M_l)``, the labeled plans that enter with their class fixed."""
+    if method == "semisupervised_em":
+        from .semisupervised import semisupervised_em
+
+        if labeled is None:
+            raise ValueError("semisupervised_em needs labeled plans (a probe with labels)")
+        S_l, y_l, M_l = labeled
+        return semisupervised_em(S, M, S_l, y_l, int(M_l), n_restarts=min(options.em_restarts, 4), seed=seed,
+                                 tol=options.em_tol, max_iter=options.em_max_iter)
     if method == "binomial_em":
         return binomial_mixture_em(S, M, n_restarts=options.em_restarts, seed=seed, tol=options.em_tol,
                                    max_iter=options.em_max_iter)
@@ -477,10 +499,21 @@ def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
     ``S``, ``y``: [n, K+1] arrays of the calibration instances. Vote noise comes from the
     round-0 counts (``vote_rounds="first"``, the paper's choice), from all rounds (``"all"``),
     or from a separate probe (``"probe"``: ``probe_S`` with ``probe_M`` votes, labels
-    ``probe_y`` for labeled MLE). alpha, beta come from the (y_0, y_1) pairs, pi = mean y_0.
+    ``probe_y`` for labeled MLE). ``method="semisupervised_em"`` fits the first/all-round counts as
+    unlabeled and the labeled probe with its classes fixed. alpha, beta come from the (y_0, y_1) pairs,
+    pi = mean y_0.
     """
     S = np.asarray(S)
     y = np.asarray(y)
+    labeled = None
+    check = None
+    if method in PROBE_METHODS:
+        if vote_rounds == "probe":
+            raise ValueError(f"{method}: the unlabeled votes come from the window (vote_rounds 'first' or "
+                             "'all'), the labeled ones from the probe")
+        if probe_S is None or probe_y is None or probe_M is None:
+            raise ValueError(f"{method} needs a labeled probe (probe_S, probe_y, probe_M)")
+        labeled = (np.asarray(probe_S), np.asarray(probe_y), int(probe_M))
     if vote_rounds == "first":
         vS, vy, vM = S[:, 0], y[:, 0], M
     elif vote_rounds == "all":
@@ -491,8 +524,16 @@ def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
         vS, vy, vM = np.asarray(probe_S), probe_y, int(probe_M)
     else:
         raise ValueError(f"vote_rounds must be 'first', 'all' or 'probe', got {vote_rounds!r}")
+    if method == "semisupervised_checked" and votes is None:
+        from .check import calibration_check
+
+        check = calibration_check(vS, vM, *labeled, level=options.check_level, n_boot=options.check_replicates,
+                                  seed=seed, em_restarts=options.em_restarts, em_tol=options.em_tol,
+                                  em_max_iter=options.em_max_iter).as_dict()
+        votes = (fit_vote_noise("semisupervised_em", vS, vM, seed=seed, options=options, labeled=labeled)
+                 if check["passed"] else labeled_mle(labeled[0], labeled[1], labeled[2]))
     if votes is None:  # (a bootstrap passes the vote-noise fits it computed for many samples at once)
-        votes = fit_vote_noise(method, vS, vM, y=vy, seed=seed, options=options)
+        votes = fit_vote_noise(method, vS, vM, y=vy, seed=seed, options=options, labeled=labeled)
     if S.shape[1] < 2:
         raise ValueError("calibrate: need at least one repair round to estimate alpha, beta")
     trans = transition_rates(y[:, 0], y[:, 1], max_pairs=max_pairs, seed=seed)
@@ -510,7 +551,7 @@ def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
         rho[name] = float(np.clip(value, 0.0, 1.0))
     params = NoiseParams(rho0=rho["rho0"], rho1=rho["rho1"], alpha=alpha, beta=beta, pi=pi)
     return Calibration(params=params, votes=votes, transitions=trans,
-                       n_pi_valid=n_pi_valid, n_pi=n_pi, M=vM, rules=rules)
+                       n_pi_valid=n_pi_valid, n_pi=n_pi, M=vM, rules=rules, check=check)
 
 
 def defined_rate(k: int, n: int, unsafe: tuple[float, ...] = (0.0, 1.0)) -> tuple[float, str]:
@@ -566,7 +607,8 @@ class CrossFit:
         """JSON-ready form (what 03_calibrate saves and 04_replay reads); floats round-trip exactly."""
         return {"folds": [int(f) for f in self.folds],
                 "fits": [{"params": asdict(f.params), "votes": asdict(f.votes), "transitions": asdict(f.transitions),
-                          "n_pi_valid": f.n_pi_valid, "n_pi": f.n_pi, "M": f.M, "rules": f.rules}
+                          "n_pi_valid": f.n_pi_valid, "n_pi": f.n_pi, "M": f.M, "rules": f.rules,
+                          "check": f.check}
                          for f in self.fits]}
 
     @classmethod
@@ -574,7 +616,8 @@ class CrossFit:
         try:
             fits = [Calibration(params=NoiseParams(**f["params"]), votes=VoteNoiseFit(**f["votes"]),
                                 transitions=TransitionFit(**f["transitions"]), n_pi_valid=int(f["n_pi_valid"]),
-                                n_pi=int(f["n_pi"]), M=int(f["M"]), rules=dict(f.get("rules", {})))
+                                n_pi=int(f["n_pi"]), M=int(f["M"]), rules=dict(f.get("rules", {})),
+                                check=f.get("check"))
                     for f in data["fits"]]
             folds = np.asarray(data["folds"], dtype=np.int64)
         except (KeyError, TypeError, ValueError) as exc:

@@ -18,7 +18,9 @@ from ..common.npzio import write_npz
 from ..common.jsonio import json_default, read_json
 from ..calibration.estimators import CrossFit, EstimatorOptions, crossfit
 from ..data.contract import Setting
-from ..calibration.identifiability import crossfit_intervals, error_radius, labeled_j_diagnostic
+from ..calibration.identifiability import labeled_j_diagnostic
+from ..calibration.estimators import MIN_VOTES, PROBE_METHODS
+from .mode import algorithm1_mode
 
 TPM = "TPM reference"
 
@@ -29,7 +31,7 @@ class ReplayConfig:
 
     n_folds: int = 5
     seed: int = 0
-    method: str = "binomial_em"        # vote-noise estimator: binomial_em | mom | labeled_mle | beta_binomial_em
+    method: str = "binomial_em"        # vote-noise estimator: vrr.settings.CALIBRATION_METHODS
     vote_rounds: str = "first"         # EM input: round-0 votes ("first"), all rounds, or the probe
     n_calib: int | None = None         # subsample the calibration folds (App. I ablation)
     max_pairs: int | None = 300        # labeled transition pairs behind alpha, beta (App. B)
@@ -144,28 +146,49 @@ def j_diagnostic(setting: Setting, folds: np.ndarray, fold: int | None, config: 
         return float("nan")
 
 
-def _j_stop_mode(setting: Setting, folds: np.ndarray, config: ReplayConfig) -> tuple[np.ndarray, list]:
-    """Algorithm 1 line 1 per instance: Stop mode where its fold's J-hat >= J_min (NaN counts as below)."""
-    diags = [j_diagnostic(setting, folds, f, config) for f in range(config.n_folds)]
-    j = np.array(diags)
-    return np.nan_to_num(j, nan=-1.0)[folds] >= config.j_min, diags
+def fold_check(setting: Setting, cf: CrossFit, fold: int | None, config: ReplayConfig) -> dict | None:
+    """The calibration check (``vrr.calibration.check``) of one fold's calibration sample: the label-free EM on
+    its training instances' round-0 votes against the labeled probe (``fold=None``: all instances). The check
+    the fold's fit already ran (``semisupervised_checked``) is reused. None where there is nothing to check
+    against (no labeled probe) or the label-free EM is not identifiable (M < 3)."""
+    if fold is not None and cf.fits[fold].check is not None:
+        return cf.fits[fold].check
+    if setting.probe_S is None or setting.probe_y is None or setting.M < MIN_VOTES["binomial_em"]:
+        return None
+    from ..calibration.check import calibration_check
+
+    train = np.ones(setting.S.shape[0], dtype=bool) if fold is None else cf.folds != fold
+    opts = config.estimator
+    seed = config.seed + (0 if fold is None else fold)
+    return calibration_check(setting.S[train, 0], setting.M, setting.probe_S, setting.probe_y, setting.probe_M,
+                             level=opts.check_level, n_boot=opts.check_replicates, seed=seed,
+                             em_restarts=opts.em_restarts, em_tol=opts.em_tol, em_max_iter=opts.em_max_iter).as_dict()
 
 
 def algorithm1_inputs(setting: Setting, cf: CrossFit, config: ReplayConfig) -> dict:
-    """What Algorithm 1 needs besides the point estimates, per instance under cross-fitting: the
-    bootstrap parameter box behind B_k (``intervals``), G-hat and B_k (``g_hat``, ``radius``, [N, K+1]),
-    the J_min switch (``stop_mode``) and each fold's J-hat (``j_per_fold``)."""
+    """What Algorithm 1 needs besides the point estimates, per instance under cross-fitting: G-hat and the
+    bootstrap error radii above and below G-hat (``g_hat``, ``radius``, ``radius_low``, [N, K+1];
+    ``vrr.calibration.gain_radius``), each fold's
+    J-hat and calibration check (``j_per_fold``, ``checks``), the mode and its reason per fold
+    (``modes``; :func:`vrr.policies.mode.algorithm1_mode`) and per instance (``stop_mode``)."""
+    from ..calibration.gain_radius import bootstrap_radius, crossfit_parameter_draws
+
     S, y, M = setting.S, setting.y, setting.M
-    intervals = crossfit_intervals(cf, config.eta, S=S, y=y, M=M, seed=config.seed, method=config.method,
-                                   vote_rounds=config.vote_rounds, max_pairs=config.max_pairs,
-                                   options=config.estimator, **probe_kwargs(setting, config))
-    g_hat, radius = error_radius(S, M, cf.as_kwargs(), intervals)
-    stop_mode, diags = _j_stop_mode(setting, cf.folds, config)
-    return {"intervals": intervals, "g_hat": g_hat, "radius": radius, "stop_mode": stop_mode, "j_per_fold": diags}
+    draws = crossfit_parameter_draws(cf, S, y, M, seed=config.seed, method=config.method,
+                                     vote_rounds=config.vote_rounds, max_pairs=config.max_pairs,
+                                     options=config.estimator, **probe_kwargs(setting, config))
+    g_hat, radius_low, radius = bootstrap_radius(S, M, cf.as_kwargs(), draws, config.eta)
+    diags = [j_diagnostic(setting, cf.folds, f, config) for f in range(config.n_folds)]
+    checks = [fold_check(setting, cf, f, config) for f in range(config.n_folds)]
+    modes = [algorithm1_mode(j, config.j_min, c) for j, c in zip(diags, checks)]
+    stop_mode = np.array([m == "stop" for m, _ in modes])[cf.folds]
+    return {"g_hat": g_hat, "radius": radius, "radius_low": radius_low, "stop_mode": stop_mode, "j_per_fold": diags, "checks": checks,
+            "modes": modes}
 
 
+LABEL_FREE = "VRR-Stop (label-free EM)"
 DEFAULT_POLICIES = ("No repair", "Majority stopping", "ConfStop", "Fixed", "Accepted-first",
-                    "Last-accepted", "Verifier-best", "VRR-Stop", "VRR-Guard", "Algorithm 1",
+                    "Last-accepted", "Verifier-best", "VRR-Stop", LABEL_FREE, "VRR-Guard", "Algorithm 1",
                     TPM, "Hindsight best")
 # replayed on request (``policies=DEFAULT_POLICIES + EXTRA_POLICIES``): VRR-Stop with round-dependent
 # alpha_t, beta_t (vrr.calibration.round_dynamics; vrr.report.table_round_dynamics)
@@ -173,8 +196,9 @@ EXTRA_POLICIES = ("VRR-Stop-t", "TPM-t")
 
 
 def probe_kwargs(setting: Setting, config: ReplayConfig) -> dict:
-    """The probe arrays, when the vote-noise fit runs on the probe (``vote_rounds="probe"``)."""
-    if config.vote_rounds == "probe":
+    """The probe arrays, when the vote-noise fit uses the probe (``vote_rounds="probe"``, or the semi-supervised
+    EM, whose labeled plans are the probe's)."""
+    if config.vote_rounds == "probe" or config.method in PROBE_METHODS:
         return dict(probe_S=setting.probe_S, probe_y=setting.probe_y, probe_M=setting.probe_M)
     return {}
 
@@ -223,14 +247,24 @@ def replay(setting: Setting, config: ReplayConfig = ReplayConfig(),
             out[name] = P.verifier_best(S)
         elif name == "VRR-Stop":
             out[name] = P.vrr_stop(S, M, tau=config.tau, **est)
+        elif name == LABEL_FREE:
+            # the paper's label-free EM beside the configured calibration, where that EM applies
+            if config.method in PROBE_METHODS + ("binomial_em",) and M >= MIN_VOTES["binomial_em"]:
+                free = cf if config.method == "binomial_em" else fit_calibration(
+                    setting, replace(config, method="binomial_em"))
+                out[name] = P.vrr_stop(S, M, tau=config.tau, **free.as_kwargs())
         elif name == "VRR-Guard":
             out[name] = P.vrr_guard(S, config.delta)
         elif name == "Algorithm 1":
             alg = algorithm1_inputs(setting, cf, config)
             extras["j_diagnostic_per_fold"] = alg["j_per_fold"]
-            extras["error_radius_mean"] = float(alg["radius"].mean())
-            out[name] = P.algorithm1(S, M, radius=alg["radius"], stop_mode=alg["stop_mode"], delta=config.delta,
-                                     tau=config.tau, **est)
+            extras["calibration_check_per_fold"] = alg["checks"]
+            extras["algorithm1_mode_per_fold"] = [{"mode": m, "reason": r} for m, r in alg["modes"]]
+            half = (alg["radius"] + alg["radius_low"]) / 2.0
+            extras["error_radius_mean"] = float(half.mean())
+            extras["error_radius_median"] = float(np.median(half))
+            out[name] = P.algorithm1(S, M, radius=alg["radius"], radius_low=alg["radius_low"],
+                                     stop_mode=alg["stop_mode"], delta=config.delta, tau=config.tau, **est)
         elif name == "VRR-Stop-t":
             from ..calibration.round_dynamics import crossfit_round_rates
             alpha_t, beta_t, fits = crossfit_round_rates(y, cf, max_pairs=config.max_pairs, seed=config.seed)

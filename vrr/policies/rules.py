@@ -110,15 +110,18 @@ def stop_commits(g_hat, alpha, tau: float = 0.0):
     return out if np.ndim(out) else bool(out)
 
 
-def algorithm1_step(g_hat, radius, tau: float = 0.0):
+def algorithm1_step(g_hat, radius, tau: float = 0.0, radius_low=None):
     """Algorithm 1's Stop-mode test for one round (lines 10-14; Eq. 8, sign identifiability).
 
     Returns ``(commit, unidentifiable)``: commit p_k when G-hat_k + B_k <= tau; otherwise, when
     G-hat_k - B_k <= tau the sign is not identifiable and the instance switches to Guard mode.
+    ``radius_low``: a radius below G-hat_k of its own (an interval not symmetric about G-hat_k,
+    ``vrr.calibration.gain_radius``); then ``radius`` is the one above.
     """
     g_hat, radius = np.asarray(g_hat, dtype=float), np.asarray(radius, dtype=float)
+    below = radius if radius_low is None else np.asarray(radius_low, dtype=float)
     commit = g_hat + radius <= tau
-    unidentifiable = ~commit & (g_hat - radius <= tau)
+    unidentifiable = ~commit & (g_hat - below <= tau)
     if np.ndim(commit):
         return commit, unidentifiable
     return bool(commit), bool(unidentifiable)
@@ -170,7 +173,7 @@ def hindsight_best(y) -> PolicyOutcome:
 
 
 def algorithm1(S, M: int, rho0, rho1, alpha, beta, pi, radius, stop_mode,
-               delta: int = 5, tau: float = 0.0) -> PolicyOutcome:
+               delta: int = 5, tau: float = 0.0, radius_low=None) -> PolicyOutcome:
     """Algorithm 1 (App. A): VRR-Stop with the guarded fallback, both modes.
 
     ``stop_mode`` (bool, scalar or per instance) is the J_min switch: True where the labeled
@@ -178,7 +181,8 @@ def algorithm1(S, M: int, rho0, rho1, alpha, beta, pi, radius, stop_mode,
     (``identifiability.error_radius``). In Stop mode round k commits p_k when
     G-hat_k + B_k <= tau; when G-hat_k - B_k <= tau (sign not identifiable, Eq. 8) the instance
     switches to Guard mode for the rest of its trajectory. At K_max, Stop mode commits p_K and
-    Guard mode commits the keep-best incumbent (Eq. 9).
+    Guard mode commits the keep-best incumbent (Eq. 9). ``radius_low`` ([N, K+1]): the radius below
+    G-hat_k where it differs from the one above (``radius``); see :func:`algorithm1_step`.
     """
     S = np.asarray(S)
     n, rounds = S.shape
@@ -188,13 +192,14 @@ def algorithm1(S, M: int, rho0, rho1, alpha, beta, pi, radius, stop_mode,
     beta_col = np.broadcast_to(np.asarray(beta, dtype=float), (n,))[:, None]
     g_hat = gain(b, alpha_col, beta_col)
     radius = np.broadcast_to(np.asarray(radius, dtype=float), (n, rounds))
+    below = radius if radius_low is None else np.broadcast_to(np.asarray(radius_low, dtype=float), (n, rounds))
     incumbent = keep_best(S, delta)
     stop = np.broadcast_to(np.asarray(stop_mode, dtype=bool), (n,)).copy()
     committed = np.full(n, -1, dtype=np.int64)
     used = np.full(n, k_max, dtype=np.int64)
     for k in range(rounds):
         open_ = committed < 0
-        commit, unidentifiable = algorithm1_step(g_hat[:, k], radius[:, k], tau)
+        commit, unidentifiable = algorithm1_step(g_hat[:, k], radius[:, k], tau, below[:, k])
         commit_now = open_ & stop & commit
         committed[commit_now] = k
         used[commit_now] = k

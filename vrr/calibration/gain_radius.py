@@ -1,0 +1,150 @@
+"""The error radius B_k as a bootstrap of the gain itself (Sec. 4.2, Eq. 8, Prop. 1; App. A "Error Radius").
+
+Prop. 1 needs B_k with P(|G-hat_k - G_k| <= B_k) >= 1 - eta. The paper propagates a box of marginal parameter
+intervals through the filter and takes the worst case over the box, which bounds the error by the corner where
+every parameter is off at once in the worst direction: valid, but several times the actual error, so the sign is
+rarely identifiable. Here the calibration is refit on ``n_boot`` resamples of its data (the calibration instances
+and, where the method reads it, the probe's plans within each class; every estimator refit), each draw's
+parameters theta_b filter the same votes, and G_k's percentiles over the draws give one-sided bounds at level
+1 - eta each, the radii below and above G-hat_k:
+
+    B_k^- = G-hat_k - q_{eta}(G_k(theta_b)),   B_k^+ = q_{1-eta}(G_k(theta_b)) - G-hat_k   (each >= 0),
+
+and Eq. 8 reads G-hat_k - B_k^- > tau (repair identifiable) or G-hat_k + B_k^+ <= tau (commit identifiable).
+Prop. 1 holds with one-sided bounds: Eq. 8 tests only the side of tau that G-hat_k is on, so a flip under
+"repair identifiable" needs G_k < G-hat_k - B_k^-, and under "commit identifiable" G_k > G-hat_k + B_k^+, each an
+event of probability at most eta when its bound covers at its level.
+The interval follows the joint distribution of the estimates (their correlations included), the filter's own
+sensitivity at that state's votes, and the skew of a rate near 0: where the votes make a plan surely invalid,
+G_k is about alpha, which stays positive in every draw; a symmetric radius there would reach below zero and call
+the sign unidentifiable. ``scripts/coverage_study.py``
+measures its coverage on simulated windows with known parameters (docs/integrity.md, "Coverage of B_k").
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.belief import filter_beliefs, gain
+from .estimators import (PROBE_METHODS, CrossFit, EstimatorOptions, VoteNoiseFit, best_rates, binomial_em_chains,
+                         calibrate, labeled_mle, vote_histograms)
+
+PARAM_NAMES = ("rho0", "rho1", "alpha", "beta", "pi")
+RADIUS_REPLICATES = 200
+
+
+def _resample_probe(rng, probe_S, probe_y):
+    """Indices of a probe resample that keeps each class's size (the labeled plans' classes are fixed)."""
+    y = np.asarray(probe_y).astype(bool)
+    parts = [np.flatnonzero(y), np.flatnonzero(~y)]
+    return np.concatenate([p[rng.integers(0, p.size, p.size)] for p in parts if p.size])
+
+
+def parameter_draws(S, y, M: int, n_boot: int = RADIUS_REPLICATES, seed: int = 0, method: str = "binomial_em",
+                    vote_rounds: str = "first", max_pairs: int | None = 300,
+                    options: EstimatorOptions = EstimatorOptions(), probe_S=None, probe_y=None, probe_M=None,
+                    point: "Calibration | None" = None) -> dict[str, np.ndarray]:  # noqa: F821
+    """The calibrated parameters of ``n_boot`` bootstrap resamples of one calibration sample: {name: [n_boot]}.
+
+    Calibration instances are resampled whole (their votes and labels together); with a method that reads the
+    probe, the probe's plans are resampled within each class. ``semisupervised_checked`` keeps the branch its
+    point fit's check chose (``point``: that fit; refit when not given): the draws measure the estimation error
+    of the estimator that was deployed, not the check's."""
+    S, y = np.asarray(S), np.asarray(y)
+    uses_probe = method in PROBE_METHODS or vote_rounds == "probe"
+    if uses_probe and (probe_S is None or probe_M is None):
+        raise ValueError(f"parameter_draws: method {method!r} / vote_rounds {vote_rounds!r} needs the probe")
+    kwargs = dict(method=method, vote_rounds=vote_rounds, max_pairs=max_pairs, options=options)
+    rng = np.random.default_rng(seed + 7919)
+    n = S.shape[0]
+    reps = [rng.integers(0, n, n) for _ in range(n_boot)]
+    probe_reps = [None] * n_boot
+    if uses_probe:
+        probe_reps = [(_resample_probe(rng, probe_S, probe_y) if probe_y is not None
+                       else rng.integers(0, len(probe_S), len(probe_S))) for _ in range(n_boot)]
+    votes = [None] * n_boot
+    fit_as = method
+    if method == "semisupervised_checked":
+        if point is None:
+            point = calibrate(S, y, M, seed=seed, probe_S=probe_S, probe_y=probe_y, probe_M=probe_M, **kwargs)
+        fit_as = "semisupervised_em" if (point.check or {}).get("passed") else "labeled_probe"
+    if fit_as == "binomial_em" and vote_rounds == "first":
+        hists = vote_histograms([S[idx, 0] for idx in reps], M)
+        chains = binomial_em_chains(hists, M, [seed] * n_boot, n_restarts=options.em_restarts, tol=options.em_tol,
+                                    max_iter=options.em_max_iter)
+        rho0, rho1, w = best_rates(hists, M, chains)
+        votes = [VoteNoiseFit(float(a), float(b), float(c), method="binomial_em") for a, b, c in zip(rho0, rho1, w)]
+    elif fit_as == "semisupervised_em" and vote_rounds == "first":
+        from .semisupervised import labeled_vote_stats, semisupervised_em_many
+
+        hists = vote_histograms([S[idx, 0] for idx in reps], M)
+        lab = np.stack([labeled_vote_stats(np.asarray(probe_S)[p], np.asarray(probe_y)[p], probe_M)
+                        for p in probe_reps])
+        fit = semisupervised_em_many(hists, M, lab, n_restarts=min(options.em_restarts, 4), seed=seed,
+                                     tol=options.em_tol, max_iter=options.em_max_iter)
+        votes = [VoteNoiseFit(float(a), float(b), float(c), method="semisupervised_em")
+                 for a, b, c in zip(fit["rho0"], fit["rho1"], fit["weight_valid"])]
+    elif fit_as == "labeled_probe":
+        votes = [labeled_mle(np.asarray(probe_S)[p], np.asarray(probe_y)[p], probe_M) for p in probe_reps]
+    draws = {name: np.empty(n_boot) for name in PARAM_NAMES}
+    for b, idx in enumerate(reps):
+        p = probe_reps[b]
+        probe = {}
+        if uses_probe:
+            probe = dict(probe_S=np.asarray(probe_S)[p], probe_M=probe_M,
+                         probe_y=None if probe_y is None else np.asarray(probe_y)[p])
+        fit = calibrate(S[idx], y[idx], M, seed=seed + b, votes=votes[b], **probe, **kwargs).params
+        for name in PARAM_NAMES:
+            draws[name][b] = getattr(fit, name)
+    return draws
+
+
+def crossfit_parameter_draws(cf: CrossFit, S, y, M: int, n_boot: int = RADIUS_REPLICATES, seed: int = 0,
+                             **kwargs) -> dict[str, np.ndarray]:
+    """:func:`parameter_draws` of each cross-fit fold's training instances, mapped to the fold's instances:
+    {name: [n_boot, N]} (instance i's draws come from the fit that scores it)."""
+    S, y = np.asarray(S), np.asarray(y)
+    per_fold = [parameter_draws(S[cf.folds != f], y[cf.folds != f], M, n_boot=n_boot, seed=seed + f,
+                                point=cf.fits[f], **kwargs) for f in range(len(cf.fits))]
+    return {name: np.stack([d[name] for d in per_fold], axis=1)[:, cf.folds] for name in PARAM_NAMES}
+
+
+def gain_paths(S, M: int, params: dict) -> np.ndarray:
+    """G_k (Eq. 6) along each frozen trajectory [N, K+1] under stationary ``params`` (scalars or [N] arrays)."""
+    S = np.asarray(S)
+    n = S.shape[0]
+    b, _ = filter_beliefs(S, M, params["rho0"], params["rho1"], params["alpha"], params["beta"], params["pi"])
+    a = np.broadcast_to(np.asarray(params["alpha"], float), (n,))[:, None]
+    be = np.broadcast_to(np.asarray(params["beta"], float), (n,))[:, None]
+    return gain(b, a, be)
+
+
+def gain_draws(S, M: int, draws: dict) -> np.ndarray:
+    """G_k of every trajectory under every draw: [B, N, K+1]. ``draws`` maps names to [B] or [B, N]; all draws
+    are filtered as one [B * N] batch, each element through the same operations as alone."""
+    S = np.asarray(S)
+    n, rounds = S.shape
+    n_boot = np.shape(draws["rho0"])[0]
+    flat = {name: np.broadcast_to(np.asarray(draws[name], float).reshape(n_boot, -1), (n_boot, n)).ravel()
+            for name in PARAM_NAMES}
+    return gain_paths(np.tile(S, (n_boot, 1)), M, flat).reshape(n_boot, n, rounds)
+
+
+def radii_of_draws(g_draws, g_hat, eta: float = 0.05, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(B^-, B^+) of the module docstring from the gains of the draws (along ``axis``) and G-hat: the distances
+    from G-hat down to the draws' eta quantile and up to their 1 - eta quantile (outer order statistics),
+    each at least 0. One state online (the controller carries one belief per draw) or [N, K+1] in replay."""
+    if not 0.0 < eta < 1.0:
+        raise ValueError(f"radii_of_draws: eta must be in (0, 1), got {eta}")
+    g_draws = np.asarray(g_draws, float)
+    low = np.quantile(g_draws, eta, axis=axis, method="lower")
+    high = np.quantile(g_draws, 1.0 - eta, axis=axis, method="higher")
+    g_hat = np.asarray(g_hat, float)
+    return np.maximum(g_hat - low, 0.0), np.maximum(high - g_hat, 0.0)
+
+
+def bootstrap_radius(S, M: int, point: dict, draws: dict, eta: float = 0.05):
+    """(G-hat, B^-, B^+), each [N, K+1]: G-hat under the point estimates ``point`` and the radii below and above
+    it from the draws' one-sided percentile bounds of G_k at level 1 - eta (module docstring)."""
+    g_hat = gain_paths(S, M, point)
+    low, high = radii_of_draws(gain_draws(S, M, draws), g_hat, eta)
+    return g_hat, low, high
