@@ -30,6 +30,14 @@ from ..settings import SettingConfigError, load_config
 LABEL_ENVIRONMENT = "label_environment.json"  # beside the arrays: the machine's sandbox (tool, package versions)
 
 
+def round_verdicts(verifier, task: Task, round_record: dict, texts: Sequence[str]) -> list[int | None]:
+    """The stored votes of one plan: recomputed from their structured results where the verifier can
+    (``round_verdicts``: answer-comparing programs), else the verdict the labeler stored (``parse``)."""
+    if hasattr(verifier, "round_verdicts"):
+        return verifier.round_verdicts(texts, task, round_record)
+    return [verifier.parse(t) for t in texts]
+
+
 def label_records(records: Sequence[dict], task: Task, verifier, M: int) -> tuple[np.ndarray, np.ndarray, dict]:
     """(S [N,K+1], y [N,K+1], stats) from trajectory records (all with the same K)."""
     if not records:
@@ -48,7 +56,7 @@ def label_records(records: Sequence[dict], task: Task, verifier, M: int) -> tupl
             outs = rd["judge"]
             if len(outs) != M:
                 raise ValueError(f"instance {r['index']} round {k}: {len(outs)} votes, expected {M}")
-            parsed = [verifier.parse(t) for t in outs]
+            parsed = round_verdicts(verifier, task, rd, outs)
             unparsable += sum(p is None for p in parsed)
             S[i, k] = sum(p == 1 for p in parsed)
             to_label.append((rd, problem))
@@ -66,7 +74,7 @@ def label_probe(records: Sequence[dict], task: Task, verifier) -> tuple[np.ndarr
     if not records:
         raise ValueError("no probe records")
     pm = len(records[0]["votes"] if "votes" in records[0] else records[0]["judge"])
-    S = np.array([sum(verifier.parse(t) == 1 for t in r["judge"]) for r in records], dtype=np.int64)
+    S = np.array([sum(v == 1 for v in round_verdicts(verifier, task, r, r["judge"])) for r in records], dtype=np.int64)
     y = np.array(task.label_rounds([(r, task.problem(r["split"], r["index"])) for r in records]), dtype=np.int8)
     return S, y, pm
 

@@ -382,6 +382,38 @@ class ProgramJudge:
         found = self._verdict(text)
         return None if found is None else int(found[0] == "AGREE")
 
+    def _printed(self, text: str | None) -> tuple[bool, str | None]:
+        """(readable, what the program printed) from the labeler's final line: the trailer's ``printed``, or
+        the older shape's Python repr (``nothing: ...`` when the program printed nothing)."""
+        trailer = _read_trailer(text, self.MARKER, ("AGREE", "DISAGREE"))
+        if trailer is not None:
+            printed = trailer[1].get("printed")
+            return (True, printed) if printed is None or isinstance(printed, str) else (False, None)
+        m = self._LEGACY.fullmatch(_final_line(text))
+        if m is None:
+            return False, None
+        if m.group(2).startswith("nothing: "):
+            return True, None
+        try:
+            printed = ast.literal_eval(m.group(2))
+        except (ValueError, SyntaxError):
+            return False, None
+        return (True, printed) if isinstance(printed, str) else (False, None)
+
+    def round_verdicts(self, texts: Sequence[str], task, round_record: dict) -> list[int | None]:
+        """The votes of one stored plan, recomputed from their structured results: what each program printed
+        against the plan's answer as its label reads it (``task.stored_answer``), by the task's one comparison
+        (``answers_agree``), as :meth:`votes` decided them live. Relabeling uses this, so the number grammar
+        of the label reaches the votes too; a record whose result does not read is None (unparsable)."""
+        mine = task.stored_answer(round_record) if hasattr(task, "stored_answer") else \
+            round_record.get("answer", task.extract_answer(round_record.get("plan")))
+        out: list[int | None] = []
+        for text in texts:
+            readable, theirs = self._printed(text)
+            out.append(None if not readable else
+                       int(mine is not None and theirs is not None and bool(task.answers_agree(mine, theirs))))
+        return out
+
     def feedback(self, outputs: Sequence[str]) -> str:
         """The disagreement: how many programs computed another answer, and which answers they printed."""
         printed = []
