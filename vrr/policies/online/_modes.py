@@ -1,10 +1,10 @@
 """What an online controller runs, defined once: the mode it starts each problem in (Algorithm 1 line 1, or
 the policy asked for) and Eq. 9's default retention margin for M votes per round.
 
-``vrr.policies.online.OnlineController`` starts every problem with :func:`planned_mode`, and every
-calibration report (``vrr.policies.online_calibration``: ``from_labeled``, ``from_calibration``, the
-adapters' ``VRRRefine.calibrate`` and ``calibrate_from_log``) takes its ``mode`` and ``reason`` from the same
-call, so a report cannot say one mode while the controller runs another.
+``OnlineController`` starts every problem with :func:`planned_mode`, and every calibration report
+(``_calibrate``: ``from_labeled``, ``from_calibration``, the adapters' ``VRRRefine.calibrate`` and
+``calibrate_from_log``) takes its ``mode`` and ``reason`` from the same call, so a report cannot say one mode
+while the controller runs another.
 """
 from __future__ import annotations
 

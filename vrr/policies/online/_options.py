@@ -1,0 +1,187 @@
+"""The controller's options, checked in one place: M, K_max and the calibrated parameters (rho0, rho1, alpha,
+beta, pi of Sec. 3-4), the policy and its inputs (tau of Eq. 4 or a repair cost, delta of Eq. 9, the parameter
+box behind B_k and the labeled J diagnostic of Algorithm 1 line 1), sequential voting and the budgets.
+
+:func:`controller_config` turns the keyword arguments into the JSON-ready config the controller keeps (and
+saves, ``CONFIG_FIELDS``); every refusal names the source and the field. :func:`repair_rates` reads alpha,
+beta of one round (stationary, or VRR-Stop-t's alpha_t, beta_t) and :func:`radius_points` the grid of the
+parameter box that B_k searches.
+"""
+from __future__ import annotations
+
+import difflib
+import inspect
+import math
+
+import numpy as np
+
+from ...calibration.identifiability import PARAM_NAMES, radius_grid
+from ._budget import tau_for_cost
+from ._checks import integer_field, number_field, unit_field
+from ._modes import POLICIES, default_delta
+
+SEQUENTIAL = ("off", "exact", "predictive", "sprt")
+CONFIG_FIELDS = ("M", "k_max", "rho0", "rho1", "alpha", "beta", "pi", "policy", "delta", "tau", "repair_cost",
+                 "value", "intervals", "j_hat", "j_min", "stop_mode", "grid", "sequential", "error_rate",
+                 "budget_calls", "budget_tokens", "source")
+
+
+class UnknownOptionError(ValueError, TypeError):
+    """A keyword the controller does not take; the message names it and the nearest option. (A TypeError
+    too, as Python's own error for an unknown keyword is.)"""
+
+
+def refuse_unknown_options(cls, kwargs: dict) -> None:
+    """Refuse a keyword ``cls.__init__`` does not take with an error naming it and the nearest option."""
+    known = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
+    for name in kwargs:
+        if name not in known:
+            near = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean '{near[0]}'?" if near else ""
+            raise UnknownOptionError(f"{kwargs.get('source', 'parameters')}: field '{name}': not an option of "
+                                     f"OnlineController{hint} (options: {', '.join(known)})")
+
+
+def _rate(value, k_max: int, source: str, name: str):
+    """alpha or beta: one number, or a per-round sequence of K_max rates (alpha_t: repair after round t)."""
+    if isinstance(value, (list, tuple, np.ndarray)):
+        seq = [unit_field(v, source, f"{name}[{t}]") for t, v in enumerate(value)]
+        if len(seq) != k_max:
+            raise ValueError(f"{source}: field '{name}': a per-round rate needs K_max={k_max} values "
+                             f"(one per repair), got {len(seq)}")
+        return seq
+    return unit_field(value, source, name)
+
+
+def _choose_policy(policy, intervals, j_hat, stop_mode, src: str) -> str:
+    """The policy left out: Algorithm 1 with its inputs, VRR-Stop from the point estimates alone."""
+    if policy is not None:
+        return policy
+    has_box, has_j = intervals is not None, j_hat is not None or stop_mode is not None
+    if has_box and has_j:
+        return "algorithm1"
+    if not has_box and not has_j:
+        return "vrr_stop"
+    missing = "j_hat=... (or stop_mode)" if has_box else "intervals=... (the parameter box behind B_k)"
+    raise ValueError(f"{src}: field 'policy': not given, and Algorithm 1's inputs are incomplete: "
+                     f"policy='algorithm1' needs {missing}; pass policy='vrr_stop' to use the point estimates "
+                     "alone or policy='vrr_guard' for keep-best")
+
+
+def _j_hat(j_hat, src: str) -> float | None:
+    """The labeled J-hat: None, a number in [-1, 1], or NaN (the diagnostic is undefined: a class is absent)."""
+    if j_hat is None:
+        return None
+    if isinstance(j_hat, (bool, np.bool_, str, bytes)):
+        raise ValueError(f"{src}: field 'j_hat': expected a number in [-1, 1] or NaN, got {j_hat!r}")
+    try:
+        j_hat = float(j_hat)
+    except (TypeError, ValueError):
+        raise ValueError(f"{src}: field 'j_hat': expected a number in [-1, 1] or NaN, got {j_hat!r}") from None
+    if not (math.isnan(j_hat) or -1.0 <= j_hat <= 1.0):
+        raise ValueError(f"{src}: field 'j_hat': expected a number in [-1, 1] or NaN, got {j_hat!r}")
+    return j_hat
+
+
+def _box(intervals, src: str) -> dict:
+    """The parameter box behind B_k, {name: [lo, hi]} with 0 <= lo <= hi <= 1 for each of PARAM_NAMES."""
+    if not isinstance(intervals, dict):
+        raise ValueError(f"{src}: field 'intervals': expected {{name: (lo, hi)}}, got {intervals!r}")
+    box = {}
+    for name in PARAM_NAMES:
+        if name not in intervals:
+            raise ValueError(f"{src}: field 'intervals.{name}': missing")
+        try:
+            lo, hi = (float(v) for v in intervals[name])
+        except (TypeError, ValueError):
+            raise ValueError(f"{src}: field 'intervals.{name}': expected (lo, hi), "
+                             f"got {intervals[name]!r}") from None
+        if not 0.0 <= lo <= hi <= 1.0:
+            raise ValueError(f"{src}: field 'intervals.{name}': need 0 <= lo <= hi <= 1, got ({lo}, {hi})")
+        box[name] = [lo, hi]
+    return box
+
+
+def controller_config(*, M, k_max, rho0, rho1, alpha, beta, pi, policy, delta, tau, repair_cost, value, intervals,
+                      j_hat, j_min, stop_mode, grid, sequential, error_rate, budget_calls, budget_tokens,
+                      source) -> dict:
+    """The controller's config from its keyword arguments (``OnlineController`` documents them), checked:
+    a bad value raises ValueError naming ``source`` and the field."""
+    src = source
+    M = integer_field(M, src, "M", "votes per round, an integer >= 1", low=1)
+    k_max = integer_field(k_max, src, "k_max", "the repair budget, an integer >= 0", low=0)
+    policy = _choose_policy(policy, intervals, j_hat, stop_mode, src)
+    if policy not in POLICIES:
+        raise ValueError(f"{src}: field 'policy': {policy!r} is not one of {POLICIES}")
+    if sequential not in SEQUENTIAL:
+        raise ValueError(f"{src}: field 'sequential': {sequential!r} is not one of {SEQUENTIAL}")
+    error_rate = number_field(error_rate, src, "error_rate", "a number in (0, 1)")
+    if not 0.0 < error_rate < 1.0:
+        raise ValueError(f"{src}: field 'error_rate': expected a number in (0, 1), got {error_rate!r}")
+    delta = default_delta(M) if delta is None else integer_field(delta, src, "delta",
+                                                                 "the retention margin, an integer")
+    grid = integer_field(grid, src, "grid", "the grid levels of B_k, an integer >= 2", low=2)
+    j_min = number_field(j_min, src, "j_min", "a number in [-1, 1]")
+    if not -1.0 <= j_min <= 1.0:
+        raise ValueError(f"{src}: field 'j_min': expected a number in [-1, 1], got {j_min!r}")
+    j_hat = _j_hat(j_hat, src)
+    if stop_mode is not None and not isinstance(stop_mode, (bool, np.bool_)):
+        raise ValueError(f"{src}: field 'stop_mode': expected true, false or null, got {stop_mode!r}")
+    value = number_field(value, src, "value", "a finite value > 0")
+    if value <= 0:
+        raise ValueError(f"{src}: field 'value': expected a finite value > 0, got {value!r}")
+    if repair_cost is not None:
+        cost_tau = tau_for_cost(number_field(repair_cost, src, "repair_cost", "a finite cost >= 0"), value)
+        if tau is not None and number_field(tau, src, "tau", "a finite number") != cost_tau:
+            raise ValueError(f"{src}: field 'tau': {tau!r} disagrees with repair_cost / value = {cost_tau!r}; "
+                             "give one of them")
+        tau = cost_tau
+    tau = 0.0 if tau is None else number_field(tau, src, "tau", "a finite number")
+    if budget_calls is not None:
+        budget_calls = integer_field(budget_calls, src, "budget_calls", "verifier calls per problem, an integer "
+                                     ">= 1", low=1)
+    if budget_tokens is not None:
+        budget_tokens = integer_field(budget_tokens, src, "budget_tokens", "verifier tokens per problem, an "
+                                      "integer >= 1", low=1)
+    cfg = {"M": M, "k_max": k_max, "rho0": unit_field(rho0, src, "rho0"), "rho1": unit_field(rho1, src, "rho1"),
+           "alpha": _rate(alpha, k_max, src, "alpha"), "beta": _rate(beta, k_max, src, "beta"),
+           "pi": unit_field(pi, src, "pi"), "policy": policy, "delta": delta, "tau": tau,
+           "repair_cost": None if repair_cost is None else float(repair_cost), "value": value,
+           "intervals": None, "j_hat": j_hat, "j_min": j_min,
+           "stop_mode": None if stop_mode is None else bool(stop_mode), "grid": grid,
+           "sequential": sequential, "error_rate": error_rate, "budget_calls": budget_calls,
+           "budget_tokens": budget_tokens, "source": str(source)}
+    if policy == "algorithm1":
+        if intervals is None:
+            raise ValueError(f"{src}: field 'intervals': Algorithm 1 needs the parameter box behind the error "
+                             f"radius B_k: {{name: (lo, hi)}} for {PARAM_NAMES}; pass policy='vrr_stop' to "
+                             "use the point estimates alone")
+        if isinstance(cfg["alpha"], list) or isinstance(cfg["beta"], list):
+            raise ValueError(f"{src}: field 'alpha': Algorithm 1's error radius is defined for stationary "
+                             "alpha, beta; per-round rates go with policy='vrr_stop'")
+        if stop_mode is None and j_hat is None:
+            raise ValueError(f"{src}: field 'j_hat': Algorithm 1 chooses its mode from the labeled J "
+                             "diagnostic; give j_hat (or stop_mode), or pass policy='vrr_stop'")
+    if intervals is not None:
+        cfg["intervals"] = _box(intervals, src)
+    return cfg
+
+
+def radius_points(cfg: dict) -> dict | None:
+    """Algorithm 1's grid over the parameter box (``radius_grid``), one array per parameter, for B_k;
+    None for the other policies."""
+    if cfg["policy"] != "algorithm1":
+        return None
+    points = list(radius_grid({k: tuple(v) for k, v in cfg["intervals"].items()}, cfg["grid"]))
+    return {name: np.array([p[name] for p in points], dtype=float) for name in PARAM_NAMES}
+
+
+def repair_rates(cfg: dict, k: int) -> tuple[float, float]:
+    """alpha, beta of the repair after round k (the last round reuses the last repair's rates)."""
+    out = []
+    for name in ("alpha", "beta"):
+        v = cfg[name]
+        if isinstance(v, list):  # K_max = 0: no repair, so no rate (the only round commits)
+            v = v[min(k, len(v) - 1)] if v else float("nan")
+        out.append(v)
+    return out[0], out[1]

@@ -1,0 +1,96 @@
+"""One round of Algorithm 1 (App. A, lines 4-19) for a full round of M votes: the belief update (Eq. 5), the
+gain (Eq. 6), the error radius B_k over the parameter box, and the step each mode takes.
+
+Stop mode under VRR-Stop commits when G-hat_k <= tau (Eqs. 6-7, ``rules.stop_commits``); under Algorithm 1 it
+commits when G-hat_k + B_k <= tau, repairs when G-hat_k - B_k > tau, and otherwise (the sign of the gain is
+not identifiable, Eq. 8, ``rules.algorithm1_step``) switches to Guard mode for the rest of the problem. Guard
+mode spends the whole repair budget and commits the keep-best incumbent (Eq. 9, ``vrr.core.guard``), which is
+also tracked under VRR-Stop when a budget is set. Round K_max always commits.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...core.belief import belief_update, gain
+from ...core.guard import keep_best_step
+from ..rules import algorithm1_step, stop_commits
+from ._decision import Step
+from ._options import repair_rates
+
+
+def tracks_incumbent(cfg: dict) -> bool:
+    """Keep-best (Eq. 9) runs under Guard and Algorithm 1, and under VRR-Stop when a budget is set
+    (the incumbent is what a spent budget returns)."""
+    return cfg["policy"] != "vrr_stop" or cfg["budget_calls"] is not None or cfg["budget_tokens"] is not None
+
+
+@dataclass(frozen=True)
+class Round:
+    """What round k is decided from: the config, B_k's grid, the prior b^-_k (and one per grid point), the
+    mode with its reason and the keep-best incumbent with its votes."""
+
+    cfg: dict
+    grid: dict | None
+    k: int
+    prior: float
+    prior_grid: np.ndarray | None
+    mode: str
+    reason: str
+    incumbent: int | None
+    incumbent_votes: int | None
+
+    def evaluate(self, s: int, n: int) -> tuple[float, float, float, np.ndarray | None]:
+        """b_k (Eq. 5), G-hat_k (Eq. 6) and B_k from s accepting votes out of n, with the grid beliefs."""
+        c = self.cfg
+        a, be = repair_rates(c, self.k)
+        b = belief_update(self.prior, s, n, c["rho0"], c["rho1"])
+        g = gain(b, a, be)
+        radius, b_grid = float("nan"), None
+        if self.prior_grid is not None and self.mode == "stop":
+            grid = self.grid
+            b_grid = belief_update(self.prior_grid, s, n, grid["rho0"], grid["rho1"])
+            radius = float(np.max(np.abs(gain(b_grid, grid["alpha"], grid["beta"]) - g)))
+        return float(b), float(g), radius, b_grid
+
+    def step(self, S: int) -> Step:
+        """Round k's step when the plan got S of M accepting votes (Algorithm 1 lines 4-19)."""
+        c, k = self.cfg, self.k
+        last = k == c["k_max"]
+        incumbent, inc_votes = self.incumbent, self.incumbent_votes
+        replaced = False
+        if tracks_incumbent(c):  # keep-best tracking, Eq. 9 (c_0 = p_0)
+            if k == 0:
+                incumbent, inc_votes, replaced = 0, S, True
+            else:
+                incumbent, inc_votes = keep_best_step(incumbent, inc_votes, k, S, c["delta"])
+                replaced = incumbent == k
+        mode, reason = self.mode, self.reason
+        if mode != "stop":
+            if last:
+                return Step("commit", incumbent, mode, "budget exhausted: commit the keep-best incumbent (Eq. 9)",
+                            incumbent, inc_votes, False)
+            return Step("repair", incumbent, mode, reason, incumbent, inc_votes, replaced)
+        b, g, radius, _ = self.evaluate(S, c["M"])
+        if c["policy"] == "vrr_stop":
+            a, _ = repair_rates(c, k)
+            if stop_commits(g, a, c["tau"]):
+                why = "alpha <= tau: repair cannot gain" if a <= c["tau"] else "G-hat_k <= tau (Eqs. 6-7)"
+                return Step("commit", k, mode, why, incumbent, inc_votes, False)
+            if last:
+                return Step("commit", k, mode, "budget exhausted (K_max)", incumbent, inc_votes, False)
+            return Step("repair", k, mode, "G-hat_k > tau (Eqs. 6-7)", incumbent, inc_votes, True)
+        commit, unidentifiable = algorithm1_step(g, radius, c["tau"])
+        if commit:
+            return Step("commit", k, mode, "G-hat_k + B_k <= tau: stop sign identifiable (Eq. 8)",
+                        incumbent, inc_votes, False)
+        if unidentifiable:
+            why = f"sign not identifiable at round {k} (Eq. 8): Guard mode"
+            if last:
+                return Step("commit", incumbent, "guard", why + "; budget exhausted: keep-best incumbent",
+                            incumbent, inc_votes, False)
+            return Step("repair", incumbent, "guard", why, incumbent, inc_votes, replaced)
+        if last:
+            return Step("commit", k, mode, "budget exhausted (K_max)", incumbent, inc_votes, False)
+        return Step("repair", k, mode, "G-hat_k - B_k > tau: repair (Eq. 8)", incumbent, inc_votes, True)
