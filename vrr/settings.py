@@ -63,10 +63,12 @@ OPENAI_N_MODES = ("auto", "native", "separate")      # how M votes go to a serve
 OPENAI_PREFILL_MODES = ("vllm", "implicit", "none")  # how a prefilled assistant reply is continued there
 CALIBRATION_METHODS = ("binomial_em", "mom", "labeled_mle", "beta_binomial_em", "semisupervised_em",
                        "semisupervised_checked")
-# The methods that read the labeled probe (vrr.calibration.estimators.PROBE_METHODS) and the default: the probe's
-# labeled plans with the window's unlabeled votes, pooled where the calibration check passes (docs/integrity.md).
+# The methods that read the labeled probe (vrr.calibration.estimators.PROBE_METHODS). Left out (null), a setting
+# with a probe gets DEFAULT_CALIBRATION_METHOD: the probe's labeled plans with the window's unlabeled votes, pooled
+# where the calibration check passes (docs/integrity.md); a setting without one the paper's label-free EM.
 PROBE_CALIBRATION_METHODS = ("semisupervised_em", "semisupervised_checked")
 DEFAULT_CALIBRATION_METHOD = "semisupervised_checked"
+NO_PROBE_CALIBRATION_METHOD = "binomial_em"
 VOTE_ROUNDS = ("first", "all", "probe")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DOTTED_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -238,7 +240,8 @@ SCHEMA: dict[str, Any] = {
         "kv_cache_dtype": Field("str", default=None, nullable=True, only="real"),
     },
     "calibration": {
-        "method": Field("str", default=DEFAULT_CALIBRATION_METHOD, choices=CALIBRATION_METHODS),
+        # null: DEFAULT_CALIBRATION_METHOD with a probe, NO_PROBE_CALIBRATION_METHOD without (resolved on load)
+        "method": Field("str", default=None, nullable=True, choices=CALIBRATION_METHODS),
         "vote_rounds": Field("str", default="first", choices=VOTE_ROUNDS),
         "n_folds": Field("int", default=5, low=2, high=1000),
         "max_pairs": Field("int", default=300, low=1, high=10 ** 6, nullable=True),
@@ -436,6 +439,9 @@ def validate_config(raw: dict, path, kind_hint: str | None = None) -> dict:
             raise SettingConfigError(path, "params", str(exc)) from exc
         if "schedule" in cfg and cfg["schedule"]["start_round"] > cfg["K_max"]:
             raise SettingConfigError(path, "schedule.start_round", f"must be <= K_max ({cfg['K_max']})")
+    if cfg["calibration"]["method"] is None:
+        has_probe = cfg["probe"]["n"] > 0 or cfg["probe"].get("from") is not None
+        cfg["calibration"]["method"] = DEFAULT_CALIBRATION_METHOD if has_probe else NO_PROBE_CALIBRATION_METHOD
     if cfg["verifier"]["kind"] in DETERMINISTIC_VERIFIERS and cfg["calibration"]["method"] != "labeled_mle":
         raise SettingConfigError(path, "calibration.method",
                                  f"verifier kind {cfg['verifier']['kind']!r} is deterministic (App. H): its M votes "

@@ -75,6 +75,36 @@ def _chi2_2_sf(t: float) -> float:
     return float(fpmath.exp(-0.5 * t)) if t >= 0 else 1.0
 
 
+def check_summary_line(check: dict) -> str:
+    """One line for ``vrr status`` and the reports: the verdict, the two estimates, T and p at the level."""
+    if not math.isfinite(check.get("p_value", float("nan"))):
+        return f"calibration check: {check['verdict']} ({check['reason']})"
+    return (f"calibration check: {check['verdict']} at level {check['level']:g} (p = {check['p_value']:.2g}, "
+            f"Wald T = {check['statistic']:.2f}): label-free EM rho0 {check['rho0_em']:.3f}, rho1 "
+            f"{check['rho1_em']:.3f}; labeled probe rho0 {check['rho0_labeled']:.3f}, rho1 {check['rho1_labeled']:.3f}")
+
+
+def folds_verdict(checks: list) -> dict:
+    """The cross-fit folds' checks in one record: verdict "pass" (every fold passes), "reject" (every fold
+    rejects), "split" (some of each) or "n/a" (nothing to check against), the folds rejecting, the median p."""
+    done = [c for c in checks if c is not None]
+    if not done:
+        return {"verdict": "n/a", "rejecting": 0, "folds": len(checks), "median_p": float("nan"), "level": float("nan")}
+    rejecting = sum(not c["passed"] for c in done)
+    verdict = "reject" if rejecting == len(done) else ("pass" if rejecting == 0 else "split")
+    ps = [c["p_value"] for c in done if math.isfinite(c["p_value"])]
+    return {"verdict": verdict, "rejecting": rejecting, "folds": len(done),
+            "median_p": float(np.median(ps)) if ps else float("nan"), "level": float(done[0]["level"])}
+
+
+def folds_verdict_text(record: dict) -> str:
+    """The stopping table's words for :func:`folds_verdict`."""
+    if record["verdict"] == "n/a":
+        return "n/a (no labeled probe)"
+    return (f"{record['verdict']}: {record['rejecting']} of {record['folds']} folds reject at level "
+            f"{record['level']:g} (median p = {record['median_p']:.2g})")
+
+
 def calibration_check(S_unlabeled, M: int, probe_S, probe_y, probe_M: int, level: float = CHECK_LEVEL,
                       n_boot: int = CHECK_REPLICATES, seed: int = 0, em_restarts: int = 10, em_tol: float = 1e-10,
                       em_max_iter: int = 2000) -> CalibrationCheck:

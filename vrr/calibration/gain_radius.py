@@ -148,3 +148,35 @@ def bootstrap_radius(S, M: int, point: dict, draws: dict, eta: float = 0.05):
     g_hat = gain_paths(S, M, point)
     low, high = radii_of_draws(gain_draws(S, M, draws), g_hat, eta)
     return g_hat, low, high
+
+
+def labeled_parameter_draws(votes, labels, M: int, pairs_before, pairs_after, n_boot: int = RADIUS_REPLICATES,
+                            seed: int = 0, max_pairs: int | None = 300) -> dict[str, np.ndarray]:
+    """Bootstrap draws {name: [n_boot]} of a calibration from labeled data alone (the online controller's
+    ``from_labeled``): rho0, rho1 the labeled MLE of the plans' accept counts ``votes`` with ``labels``, pi their
+    valid share, alpha, beta the frequencies of the labeled repair pairs (``pairs_before`` -> ``pairs_after``),
+    each with the substitution rules of :func:`vrr.calibration.estimators.defined_rate`. Plans and pairs are
+    resampled separately (they need not be the same plans)."""
+    from .estimators import defined_rate, labeled_subset
+
+    S = np.asarray(votes, dtype=float).ravel()
+    y = np.asarray(labels).ravel().astype(bool)
+    yb = np.asarray(pairs_before).ravel().astype(bool)
+    ya = np.asarray(pairs_after).ravel().astype(bool)
+    if S.shape != y.shape or yb.shape != ya.shape:
+        raise ValueError("labeled_parameter_draws: votes/labels and pairs_before/pairs_after must pair up")
+    keep = labeled_subset(yb.size, max_pairs, seed)
+    yb, ya = yb[keep], ya[keep]
+    rng = np.random.default_rng(seed + 7919)
+    draws = {name: np.empty(n_boot) for name in PARAM_NAMES}
+    for b in range(n_boot):
+        i = rng.integers(0, S.size, S.size)
+        j = rng.integers(0, yb.size, yb.size)
+        fit = labeled_mle(S[i], y[i], M)
+        draws["rho0"][b] = fit.rho0 if np.isfinite(fit.rho0) else 0.5
+        draws["rho1"][b] = fit.rho1 if np.isfinite(fit.rho1) else 0.5
+        b0, a0 = yb[j], ya[j]
+        draws["alpha"][b] = defined_rate(int((~b0 & a0).sum()), int((~b0).sum()), unsafe=())[0]
+        draws["beta"][b] = defined_rate(int((b0 & ~a0).sum()), int(b0.sum()), unsafe=(0.0,))[0]
+        draws["pi"][b] = defined_rate(int(y[i].sum()), int(S.size), unsafe=(0.0, 1.0))[0]
+    return draws

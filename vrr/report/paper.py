@@ -19,8 +19,9 @@ from ..policies.replay import TPM, load_calibration, replay
 from ..settings import load_config
 
 PAPER_POLICY_ORDER = ["No repair", "Majority stopping", "ConfStop-0.85", "Fixed K=1", "Fixed K=3", "Fixed K=5",
-                      "Accepted-first", "Last-accepted", "Verifier-best", "VRR-Stop", "VRR-Guard", "Algorithm 1",
-                      "TPM reference", "Hindsight best"]
+                      "Accepted-first", "Last-accepted", "Verifier-best", "VRR-Stop", "VRR-Stop (label-free EM)",
+                      "VRR-Guard", "Algorithm 1", "TPM reference", "Hindsight best"]
+CHECK_ROW = "Calibration check"
 
 
 # Row order of the paper's tables (Table "loop-dynamics"); other runs follow in given order.
@@ -70,11 +71,19 @@ def table_stopping(res: Results, run: str, out_dir: Path) -> list[dict]:
     # K_max for the policies that choose only after the whole trajectory.
     # "verifier calls": mean verifier calls per instance, M per round evaluated (0 for the policies that
     # never ask the verifier); an older stats.json without it leaves the column out.
+    check = res.calibration[run].get("calibration_check")
+    if check is not None:
+        # the check behind Algorithm 1's mode (vrr.calibration.check): its verdict over the folds, in words
+        from ..calibration.check import folds_verdict_text
+
+        rows.append({"policy": CHECK_ROW, "V [95% CI]": folds_verdict_text(check), "<K>": "", "repairs run": "",
+                     "verifier calls": "", "dV vs TPM (pp)": ""})
     calls = [("verifier calls", "Verifier calls")] if any(r["verifier calls"] for r in rows) else []
     rep.write_table(rows, [("policy", "Method"), ("V [95% CI]", "True validity V [95% CI]"), ("<K>", "<K>"),
                            ("repairs run", "Repairs run")] + calls + [("dV vs TPM (pp)", "dV vs TPM (pp)")],
                     out_dir / f"stopping_{run}",
-                    caption=f"Stopping performance, {res.label(run)} (N={res.calibration[run]['loop_dynamics']['N']}).")
+                    caption=f"Stopping performance, {res.label(run)} (N={res.calibration[run]['loop_dynamics']['N']}; "
+                            f"calibration {res.calibration[run].get('method', 'binomial_em')}).")
     return rows
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ..calibration.check import calibration_check, check_summary_line
 from ..calibration.estimators import labeled_mle, transition_rates
 from ..label.labeling import build_setting, stored_window
 from ..loop import store
@@ -82,7 +83,11 @@ def run_status(paths: store.RunPaths, cfg: RunConfig, labels: bool = True) -> di
             "validity_by_round": row["Q"], "acceptance_by_round": row["A"],
             "shape": row["shape"], "peak_round": row["peak_round"],
             "initial_votes": initial_vote_counts(setting),
+            "calibration_check": None,
         }
+        if setting.probe_S is not None and setting.probe_y is not None and M >= 3 and S.shape[0] >= 2:
+            out["labels"]["calibration_check"] = calibration_check(
+                S[:, 0], M, setting.probe_S, setting.probe_y, setting.probe_M, seed=cfg.seed).as_dict()
     return out
 
 
@@ -151,5 +156,8 @@ def format_status(st: dict) -> str:
         if votes[name]["n"]:
             lines.append(f"      {name:<7} {' '.join(str(c) for c in votes[name]['observed'])}  /  "
                          + " ".join(f"{e:.1f}" for e in votes[name]["binomial"]))
+    check = lab.get("calibration_check")
+    lines.append("    " + (check_summary_line(check) if check else
+                          "calibration check: no labeled probe stored yet (or M < 3), nothing to check against"))
     return "\n".join(lines)
 

@@ -13,7 +13,8 @@ from ..settings import load_config
 from .render import rate_text, read_csv
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-HEADLINE_POLICIES = ["No repair", "Fixed K=5", "VRR-Stop", "TPM reference", "VRR-Guard", "Algorithm 1"]
+HEADLINE_POLICIES = ["No repair", "Fixed K=5", "VRR-Stop", "VRR-Stop (label-free EM)", "TPM reference", "VRR-Guard",
+                     "Algorithm 1"]
 PAIRED = ["VRR-Stop vs Fixed K=5", "VRR-Stop vs TPM reference", "VRR-Stop vs No repair", "VRR-Guard vs No repair"]
 _NUMBER = re.compile(r"[-+]?\d*\.?\d+(?:e[-+]?\d+)?")
 
@@ -78,10 +79,11 @@ def readme_summary(results_root: str | Path) -> str:
     rows = []
     for _, label, by in real:
         stop = by["VRR-Stop"]
+        check = by.get("Calibration check", {}).get("V [95% CI]", "—").split(":")[0]
         rows.append([label, *(by[p]["V [95% CI]"] if p in by else "—" for p in HEADLINE_POLICIES),
-                     stop["<K>"], stop["verifier calls"], v(by, "Hindsight best")])
-    out += _table(["setting", "no repair", "Fixed K=5", "VRR-Stop", "TPM", "VRR-Guard", "Algorithm 1",
-                   "VRR-Stop ⟨K⟩", "calls", "hindsight"], rows)
+                     stop["<K>"], stop["verifier calls"], v(by, "Hindsight best"), check])
+    out += _table(["setting", "no repair", "Fixed K=5", "VRR-Stop", "VRR-Stop (label-free EM)", "TPM", "VRR-Guard",
+                   "Algorithm 1", "VRR-Stop ⟨K⟩", "calls", "hindsight", "calibration check"], rows)
     out += ["", "**Real windows: paired differences** (pp, 95 % paired bootstrap CI, exact McNemar p; "
             "`results/tables/paired_stats.csv`):", ""]
     out += _table(["setting", "VRR-Stop − Fixed K=5", "VRR-Stop − TPM", "VRR-Stop − no repair",

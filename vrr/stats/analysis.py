@@ -124,8 +124,9 @@ def damage_statistics(setting: Setting) -> dict:
 
 # ---------------------------------------------------------------- calibration (RQ3, App. E)
 def calibration_summary(setting: Setting, config: ReplayConfig = ReplayConfig()) -> dict:
-    """Cross-fit EM estimates next to labeled values of the initial plans (p_0, "round 1" in the
-    paper's tables), EM on the probe, and the labeled J test."""
+    """Cross-fit estimates (``config.method``) next to labeled values of the initial plans (p_0, "round 1" in
+    the paper's tables), EM on the probe, the labeled J test, and each fold's calibration check
+    (``vrr.calibration.check``: the label-free EM against the labeled probe), with the folds' verdict."""
     S, y, M = setting.S, setting.y, setting.M
     cf = fit_calibration(setting, config)
     truth = labeled_mle(S[:, 0], y[:, 0], M)
@@ -142,6 +143,11 @@ def calibration_summary(setting: Setting, config: ReplayConfig = ReplayConfig())
         "config": config.as_dict(), "crossfit": cf.to_dict(),
     }
     out["dominant_bias"] = max(("rho0", "rho1"), key=lambda k: abs(out["bias"][k]))
+    from ..calibration.check import folds_verdict
+    from ..policies.replay import fold_check
+
+    checks = [fold_check(setting, cf, f, config) for f in range(len(cf.fits))]
+    out["calibration_check"] = {"per_fold": checks, **folds_verdict(checks)}
     if setting.probe_S is not None:
         probe_em = binomial_mixture_em(setting.probe_S, setting.probe_M, seed=config.seed)
         out["probe"] = {"n": int(setting.probe_S.size), "M": int(setting.probe_M),
