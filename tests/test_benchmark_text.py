@@ -5,7 +5,8 @@ import random
 import subprocess
 from pathlib import Path
 
-from vrr.loop.redact import MARKER, contains_problem_text, redact_problem_text
+from vrr.loop.sandbox import REDACTION_MARKER as MARKER
+from vrr.loop.sandbox import contains_problem_text, redact_problem_text
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -145,7 +145,7 @@ def test_the_checker_never_runs_in_this_process(mbpp, tmp_path):
 
 
 def test_order_dependent_code_is_valid_only_under_every_seed():
-    from vrr.loop.testcheck import ExecutionRule, run_tests
+    from vrr.loop.sandbox import ExecutionRule, run_tests
 
     # returns the first element of a set: right under some hash seeds, wrong under others
     code = "def first(xs):\n    return list(set(xs))[0]\n"

@@ -20,8 +20,7 @@ import signal
 import pytest
 
 from vrr.loop import sandbox
-from vrr.loop.redact import redact_problem_text
-from vrr.loop.sandbox import SandboxError, run_many
+from vrr.loop.sandbox import SandboxError, _bwrap, redact_problem_text, run_many
 from vrr.loop.tasks import get_task
 from vrr.loop.tasks.mbpp import entry_point
 from vrr.loop.verifiers import AssertJudge, ProgramJudge, ResolveJudge, ShownTestJudge
@@ -307,6 +306,6 @@ def test_a_judge_assert_imitating_bubblewrap_fails_alone_among_assert_votes(mbpp
 def test_bubblewrap_that_really_cannot_start_is_an_error_of_the_sandbox(monkeypatch, tmp_path):
     # a folder to bind that does not exist: bubblewrap stops before it executes the program
     missing = tmp_path / "no-such-package"
-    monkeypatch.setattr(sandbox, "_allowed_package_dirs", lambda: [("ghost", missing)])
+    monkeypatch.setattr(_bwrap, "_allowed_package_dirs", lambda: [("ghost", missing)])
     with pytest.raises(SandboxError, match="could not start"):
         run_many([GOOD])

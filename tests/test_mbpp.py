@@ -6,7 +6,7 @@ import ast
 import pytest
 
 from vrr.loop.prompts import problem_of
-from vrr.loop.redact import MARKER
+from vrr.loop.sandbox import REDACTION_MARKER as MARKER
 from vrr.loop.tasks.mbpp import MAX_CODE_CHARS, MBPP, SHOWN_TEST_HEAD, entry_point, extract_answer, load_mbpp
 
 N_KNOWN = 25  # the first 25 problems of the test split are the known cases

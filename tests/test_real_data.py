@@ -15,7 +15,7 @@ from vrr.label import finalize_setting
 from vrr.loop.config import from_stored
 from vrr.loop.store import RunPaths
 from vrr.loop.tasks import get_task, mbpp
-from vrr.loop import testcheck
+from vrr.loop import sandbox
 from vrr.settings import load_config
 
 from conftest import CHAIN_SUBSET
@@ -94,7 +94,7 @@ def _replay_stored_sandbox_verdicts(monkeypatch, name: str) -> None:
             if label is None:
                 fresh.append(i)
             else:
-                out[i] = testcheck.TestOutcome(bool(label), "" if label else "stored label: a test failed")
+                out[i] = sandbox.TestOutcome(bool(label), "" if label else "stored label: a test failed")
         for i, res in zip(fresh, real_run_tests([items[i] for i in fresh], rule=rule, **options)):
             out[i] = res
         return out

@@ -14,7 +14,7 @@ from vrr.data import load_setting
 from vrr.label import finalize_setting
 from vrr.loop.config import from_stored, run_config
 from vrr.loop.engine import FakeEngine
-from vrr.loop.redact import redact_record
+from vrr.loop.sandbox import redact_record
 from vrr.loop.runner import generate
 from vrr.loop.store import PartFileWarning, RunPaths, read_part, read_rejected
 from vrr.loop.tasks import get_task, gsm8k

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from vrr.loop import sandbox
-from vrr.loop.sandbox import OUTPUT_CAP, SandboxError, live_sandbox_processes, run_many, run_python
+from vrr.loop.sandbox import OUTPUT_CAP, SandboxError, _cgroup, live_sandbox_processes, run_many, run_python
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -221,7 +221,7 @@ def test_without_bubblewrap_the_sandbox_refuses_and_says_what_is_missing(monkeyp
 
 
 def test_without_a_cgroup_weak_isolation_needs_an_explicit_opt_in(monkeypatch):
-    monkeypatch.setattr(sandbox, "_CGROUPS", None)
+    monkeypatch.setattr(_cgroup, "_CGROUPS", None)
     monkeypatch.delenv(sandbox.WEAK_ENV, raising=False)
     with pytest.raises(SandboxError, match="cgroup"):
         run_python("print(1)")

@@ -1,4 +1,4 @@
-"""The checker the code cannot touch (vrr.loop.testcheck) and its value codec (vrr.loop.sandbox_codec)."""
+"""The checker the code cannot touch (vrr.loop.sandbox.run_tests) and its value codec (vrr.loop.sandbox._codec)."""
 import ast
 import json
 import math
@@ -6,8 +6,8 @@ from pathlib import Path
 
 from hypothesis import given, settings, strategies as st
 
-from vrr.loop import sandbox_codec as codec
-from vrr.loop.testcheck import LABEL_RULE, ExecutionRule, code_names, redact_test, run_tests
+from vrr.loop.sandbox import _codec as codec
+from vrr.loop.sandbox import LABEL_RULE, ExecutionRule, code_names, redact_test, run_tests
 
 REPO = Path(__file__).resolve().parents[1]
 

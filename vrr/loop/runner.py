@@ -31,7 +31,7 @@ from ..core.model import class_accept_rates
 from . import store
 from .config import RunConfig
 from .engine.roles import ROLES, usage_record
-from .redact import redact_record
+from .sandbox import redact_record
 from .tasks import Problem, Task, get_task
 from .verifiers import JUDGE_MAX_TOKENS, executes_code, make_verifier
 
@@ -170,7 +170,7 @@ def chat_plans(engine, task: Task, problems: Sequence[Problem], questions: Seque
 
 
 def _redacted(task: Task, record: dict) -> dict:
-    """Records are stored without verbatim copies of the problem text (vrr.loop.redact)."""
+    """Records are stored without verbatim copies of the problem text (vrr.loop.sandbox.redact_record)."""
     problem = task.problem(record["split"], record["index"]).question
     return redact_record(record, problem, task.extract_answer)
 
@@ -329,8 +329,7 @@ def _generate_locked(cfg: RunConfig, paths: store.RunPaths, task: Task, engine, 
         return
     session = store.new_session()
     if executes_code(cfg.verifier):  # the rule and sandbox the votes of this session run under
-        from .sandbox import isolation_environment
-        from .testcheck import VOTE_RULE
+        from .sandbox import VOTE_RULE, isolation_environment
         session["vote_execution"] = {**VOTE_RULE.record(), "environment": isolation_environment()}
     engines = _as_roles(engine) if engine is not None else make_engines(cfg, task, options=engine_options)
     if engine is None:

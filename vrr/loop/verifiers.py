@@ -340,7 +340,7 @@ class ProgramJudge:
     """M judge-written programs per plan (program-of-thought votes, ``llm_program``).
 
     Each vote is a Python program the judge model writes for the problem alone (it never sees the
-    plan), run in the sandbox under :data:`vrr.loop.testcheck.VOTE_RULE`. The vote accepts when the
+    plan), run in the sandbox under :data:`vrr.loop.sandbox.VOTE_RULE`. The vote accepts when the
     last line the program prints names the same answer as the plan's extracted answer, by the task's
     own rule (``answers_agree``). The stored vote keeps the program and what it printed, so relabeling
     never reruns the model or the program."""
@@ -436,7 +436,7 @@ class ProgramJudge:
             raise NotImplementedError(f"verifier kind 'llm_program' compares final answers: task {task.name!r} "
                                       "has no answers_agree (use gsm8k or math500)")
         from . import sandbox
-        from .testcheck import VOTE_RULE
+        from .sandbox import VOTE_RULE
 
         outs = engine.chat([self.messages(p.question) for p in problems], temperature=self.temperature,
                            max_tokens=self.max_tokens, n=M, stop=["```"])

@@ -111,7 +111,7 @@ class Task:
 
     def label_round(self, round_record: dict, problem: Problem) -> int:
         """True validity of one stored plan: its ``answer`` was extracted before the stored text
-        was redacted (vrr.loop.redact); older records fall back to the text itself."""
+        was redacted (vrr.loop.sandbox.redact_record); older records fall back to the text itself."""
         if "answer" in round_record:
             return int(self.is_valid(round_record["answer"], problem))
         return int(self.is_valid(self.extract_answer(round_record["plan"]), problem))

@@ -13,7 +13,7 @@ bfcl-eval AST checker).
   ``scripts/install_bfcl_eval.sh`` (``$VRR_BFCL_PYTHON``, else ``~/.cache/vrr/venv-bfcl-eval/bin/python``)
   runs ``vrr/loop/tasks/bfcl_worker.py`` (``default_decode_ast_prompting`` + ``ast_checker``, as
   bfcl-eval's own runner does for prompting models). One long-lived worker serves every batch
-  (:class:`vrr.loop.checker.CheckerProcess`); a missing venv raises :class:`BFCLCheckerMissing`
+  (:class:`vrr.loop.sandbox.CheckerProcess`); a missing venv raises :class:`BFCLCheckerMissing`
   naming the install command. Malformed outputs are invalid with the checker's reason, never raise.
 * ``make_perturbation``: the PM-stress edit (App. B) of the user request only: one number changes (or,
   with prob. 1/3 or when there is no number, one condition word; failing both, one proper noun inside a
@@ -36,7 +36,7 @@ from .base import Problem as _Problem
 from .base import Task, reads_model_text
 from .gsm8k import _perturb_number, _rng
 from .gsm8k import apply_perturbation as _apply_span
-from ..checker import CheckerProcess
+from ..sandbox import CheckerProcess
 
 DATASET = "bfcl"
 LANGUAGES = ("python", "java", "javascript")

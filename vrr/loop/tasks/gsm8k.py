@@ -32,7 +32,7 @@ import unicodedata
 from fractions import Fraction
 from pathlib import Path
 
-from ..redact import MARKER as REDACTION_MARKER
+from ..sandbox import REDACTION_MARKER
 from ..prompts import PromptSet
 from .base import Problem as _Problem
 from .base import Task, local_file, read_jsonl_rows, reads_model_text

@@ -30,9 +30,9 @@ from pathlib import Path
 
 from ...common.paths import REPO_ROOT
 from ..prompts import PromptSet
-from ..redact import MARKER as REDACTION_MARKER
+from ..sandbox import REDACTION_MARKER
 from .base import Problem as _Problem
-from ..checker import KILL_SECONDS, CheckerProcess
+from ..sandbox import KILL_SECONDS, CheckerProcess
 from .base import Task, local_file, read_jsonl_rows, reads_model_text
 
 from .gsm8k import _rng, condition_spans, pick_edit

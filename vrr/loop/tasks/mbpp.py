@@ -17,9 +17,9 @@
   ``None`` when there is no code. It never raises.
 * The label (App. B: "sandboxed unit tests on MBPP (5-second timeout)"): the code, after the task's
   ``test_imports``, passes ALL of its ``test_list`` asserts under
-  :data:`vrr.loop.testcheck.LABEL_RULE` (5 s of CPU time per process, every hash seed of the rule,
+  :data:`vrr.loop.sandbox.LABEL_RULE` (5 s of CPU time per process, every hash seed of the rule,
   the bubblewrap sandbox). The code runs in a recording program; the asserts are judged by a
-  replay program the code never ran in (:mod:`vrr.loop.testcheck`), so it cannot see the hidden
+  replay program the code never ran in (:func:`vrr.loop.sandbox.run_tests`), so it cannot see the hidden
   tests or fake their outcome. The code is never compiled or run in this process.
 * ``make_perturbation`` / ``apply_perturbation`` (PM stress, App. B): one number, number word or
   condition word of the statement (never of the shown test) is changed, deterministic per
@@ -42,8 +42,7 @@ from pathlib import Path
 
 from .. import sandbox
 from ..prompts import PromptSet
-from ..redact import MARKER as REDACTION_MARKER
-from ..testcheck import LABEL_RULE, VOTE_RULE, ExecutionRule, run_tests
+from ..sandbox import LABEL_RULE, REDACTION_MARKER, VOTE_RULE, ExecutionRule, run_tests
 from .base import Problem, Task, local_file, missing_message, reads_model_text, rows_from_hub
 from .gsm8k import _numeric_spans, _perturb_number, _rng
 from .gsm8k import apply_perturbation as _apply_span_edit
@@ -182,7 +181,7 @@ def _pre_check(answer) -> str | None:
 def check_many(pairs: list[tuple[object, Problem]], rule: ExecutionRule = LABEL_RULE, parallel: int = 2,
                progress: bool = False) -> list[CheckResult]:
     """Check many (code answer, problem) pairs against the problems' tests with
-    :func:`vrr.loop.testcheck.run_tests` under ``rule``, ``parallel`` programs at a time; identical
+    :func:`vrr.loop.sandbox.run_tests` under ``rule``, ``parallel`` programs at a time; identical
     pairs (same code, same problem, same tests) run once. Never raises on a malformed answer: it is
     invalid with a reason."""
     out: list[CheckResult | None] = [None] * len(pairs)
@@ -389,7 +388,7 @@ class MBPP(Task):
 
     def run_asserts(self, items: list[tuple[object, Problem, str]]) -> list[CheckResult]:
         """Run each code answer against ONE given assert (after the problem's test imports) under
-        :data:`vrr.loop.testcheck.VOTE_RULE`: what the execution verifiers vote with. The assert is the
+        :data:`vrr.loop.sandbox.VOTE_RULE`: what the execution verifiers vote with. The assert is the
         verifier's, never a hidden test."""
         pairs = [(code, SimpleNamespace(answer=replace(problem.answer, tests=(test,))))
                  for code, problem, test in items]

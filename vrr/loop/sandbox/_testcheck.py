@@ -1,7 +1,7 @@
 """Running tests against model-written code so that the code cannot touch the verdict.
 
 A test (a hidden MBPP assert, or a judge-written assert that is a vote) is checked in two sandboxed
-programs (:mod:`vrr.loop.sandbox`), in the spirit of EvalPlus, which evaluates inputs in the sandbox
+programs (:func:`vrr.loop.sandbox.run_many`), in the spirit of EvalPlus, which evaluates inputs in the sandbox
 and compares outputs outside it:
 
 1. **record** (the untrusted program): the task's imports, the code, then the tests *redacted*
@@ -11,7 +11,7 @@ and compares outputs outside it:
    and it takes the path the tests take when every check passes. Every name the tests take from the
    code (the function under test, a constant, a class) is wrapped, and each call the tests make is
    recorded: the callee's name, its arguments and its return value or exception, as data
-   (:mod:`vrr.loop.sandbox_codec`: built-in types only, never pickle). Whatever this program prints
+   (:mod:`vrr.loop.sandbox._codec`: built-in types only, never pickle). Whatever this program prints
    about the tests' outcome is ignored; only the record is read.
 2. **replay** (a program without the code): the same tests, in a fresh interpreter, where each name
    the tests take from the code is a stand-in that checks that it is called with the recorded
@@ -38,9 +38,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from . import sandbox
+from ._bwrap import run_many
+from ._limits import ALLOWED_PACKAGES, MEMORY_LIMIT, OUTPUT_CAP, TASK_LIMIT, SandboxResult
+from ._machine import isolation_rule
 
-_CODEC_SOURCE = (Path(__file__).with_name("sandbox_codec.py")).read_text(encoding="utf-8")
+_CODEC_SOURCE = (Path(__file__).with_name("_codec.py")).read_text(encoding="utf-8")
 RECORD_TAG = "VRR-RECORD "
 VERDICT_TAG = "VRR-VERDICT "
 MAX_CALLS = 10_000          # calls a test may make into the code (more: the record is refused)
@@ -62,21 +64,21 @@ class ExecutionRule:
     cpu_seconds: float = 5.0
     wall_seconds: float = 30.0
     hash_seeds: tuple = (0, 1, 2, 3, 4)
-    allowed_packages: tuple = field(default_factory=lambda: tuple(sandbox.ALLOWED_PACKAGES))
+    allowed_packages: tuple = field(default_factory=lambda: tuple(ALLOWED_PACKAGES))
 
     def text(self) -> str:
         """The rule in one sentence (docs/tasks.md quotes it)."""
         seeds = ", ".join(str(s) for s in self.hash_seeds)
         return (f"the code passes every test in the bubblewrap sandbox under each PYTHONHASHSEED in ({seeds}), with "
                 f"{self.cpu_seconds:g} s of CPU time per process and {self.wall_seconds:g} s of wall time, "
-                f"{sandbox.MEMORY_LIMIT >> 20} MiB of memory and {sandbox.TASK_LIMIT} processes and threads in "
+                f"{MEMORY_LIMIT >> 20} MiB of memory and {TASK_LIMIT} processes and threads in "
                 f"total, importing the standard library and {', '.join(self.allowed_packages) or 'nothing else'}; "
                 "the tests' verdict is computed by a replay process the code never ran in")
 
     def record(self, allow_weak: bool | None = None) -> dict:
         """The rule and what its sandbox guarantees, for the arrays' meta (the same on every machine)."""
         return {"rule": self.text(), **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()},
-                "sandbox": sandbox.isolation_rule(allow_weak)}
+                "sandbox": isolation_rule(allow_weak)}
 
 
 LABEL_RULE = ExecutionRule()
@@ -328,7 +330,7 @@ def _last_tagged(stdout: str, tag: str) -> dict | None:
     return None
 
 
-def _record_failure(res: sandbox.SandboxResult, rule: ExecutionRule) -> str:
+def _record_failure(res: SandboxResult, rule: ExecutionRule) -> str:
     if res.timed_out:
         return f"timeout: the tests did not finish within {rule.wall_seconds:g} s of wall time"
     if res.cpu_limited:
@@ -365,12 +367,12 @@ def run_tests(items: Sequence[tuple[str, str, Sequence[str]]], rule: ExecutionRu
         progs = [_program(_RECORD_MAIN, "_vrr_record",
                           {"code": items[i][0], "imports": items[i][1], "tests": redacted[i],
                            "names": names[i], "max_calls": MAX_CALLS}) for i in alive]
-        res = sandbox.run_many(progs, timeout=rule.wall_seconds, cpu_limit=rule.cpu_seconds, parallel=parallel,
-                               progress=progress and s_idx == 0, desc=f"{desc} (run)", hash_seeds=[seed] * len(progs),
-                               allow_weak=allow_weak)
+        res = run_many(progs, timeout=rule.wall_seconds, cpu_limit=rule.cpu_seconds, parallel=parallel,
+                       progress=progress and s_idx == 0, desc=f"{desc} (run)", hash_seeds=[seed] * len(progs),
+                       allow_weak=allow_weak)
         for i, r in zip(alive, res):
             seconds[i] += r.seconds
-            rec = _last_tagged(r.stdout, RECORD_TAG) if len(r.stdout) < sandbox.OUTPUT_CAP else None
+            rec = _last_tagged(r.stdout, RECORD_TAG) if len(r.stdout) < OUTPUT_CAP else None
             if rec is None and r.output_truncated:
                 rec = None
             if rec is None:
@@ -381,8 +383,8 @@ def run_tests(items: Sequence[tuple[str, str, Sequence[str]]], rule: ExecutionRu
         progs = [_program(_REPLAY_MAIN, "_vrr_replay",
                           {"imports": items[i][1], "tests": list(items[i][2]), "names": names[i],
                            "records": records[i][-1:]}) for i in replay_ids]
-        res = sandbox.run_many(progs, timeout=rule.wall_seconds, cpu_limit=rule.wall_seconds, parallel=parallel,
-                               desc=f"{desc} (replay)", hash_seeds=[seed] * len(progs), allow_weak=allow_weak)
+        res = run_many(progs, timeout=rule.wall_seconds, cpu_limit=rule.wall_seconds, parallel=parallel,
+                       desc=f"{desc} (replay)", hash_seeds=[seed] * len(progs), allow_weak=allow_weak)
         for i, r in zip(replay_ids, res):
             seconds[i] += r.seconds
             verdict = _last_tagged(r.stdout, VERDICT_TAG)

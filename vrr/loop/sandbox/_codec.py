@@ -1,6 +1,6 @@
 """Values as data: how a sandboxed program's return values cross to the process that judges them.
 
-This file is the source of the encoder and decoder that :mod:`vrr.loop.testcheck` embeds into its
+This file is the source of the encoder and decoder that :mod:`vrr.loop.sandbox._testcheck` embeds into its
 sandboxed programs (it is read as text, so it imports nothing but the standard library). The
 project's own process imports it only to test it.
 
