@@ -47,8 +47,8 @@ code in the project's own process: use this package.
 
 Call it from one thread at a time; :func:`run_many` overlaps several programs from that one thread.
 
-The package is the one place that starts bubblewrap (``_bwrap``); everything that executes model-written
-code goes through this face:
+The package is the one place that starts bubblewrap (a program in it: ``_bwrap``; its version: ``_machine``);
+everything that executes model-written code goes through this face:
 
 * running programs: :func:`run_python`, :func:`run_many` (``_bwrap``), their limits and
   :class:`SandboxResult` (``_limits``), the machine's sandbox and its record (``_machine``, ``_cgroup``);

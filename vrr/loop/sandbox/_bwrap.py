@@ -1,6 +1,6 @@
 """Starting bubblewrap: one program (:class:`_Job`) and a batch of them (:func:`run_many`), each with its
 limits and a :class:`SandboxResult` (what each program sees and may use: :mod:`vrr.loop.sandbox`). The only
-module of the package that starts bubblewrap."""
+module that runs a program in bubblewrap (``_machine`` only asks it for its version)."""
 from __future__ import annotations
 
 import errno
