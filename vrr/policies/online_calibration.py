@@ -25,5 +25,12 @@ from .online._calibration_file import (  # noqa: F401
     write_small_example,
 )
 
+# the public names are shown, pickled and documented as this module's, wherever their code lives
+for _name in ("CalibrationReport", "CalibrationWarning", "calibrate_labeled", "calibrate_unlabeled",
+              "example_labeled_set", "is_online_calibration", "load_online_calibration", "main",
+              "read_online_calibration", "save_online_calibration", "write_small_example"):
+    globals()[_name].__module__ = __name__
+del _name
+
 if __name__ == "__main__":
     raise SystemExit(main())

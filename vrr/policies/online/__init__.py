@@ -71,3 +71,9 @@ from ._state import STATE_VERSION, ControllerStateError
 __all__ = ["OnlineController", "Decision", "ControllerStateError", "UnknownOptionError", "tau_for_cost",
            "planned_mode", "default_delta", "POLICIES", "SEQUENTIAL", "PAPER_DELTA", "PAPER_M", "STATE_VERSION",
            "CONFIG_FIELDS"]
+
+# the public names are shown, pickled and documented as this module's, wherever their code lives (httpx style)
+for _name in __all__:
+    if callable(globals()[_name]):
+        globals()[_name].__module__ = __name__
+del _name
