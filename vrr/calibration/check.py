@@ -55,6 +55,7 @@ class CalibrationCheck:
 def wald_statistic(d0, d1, c00, c01, c11):
     """T = d' Sigma^-1 d for the 2-vector d = (d0, d1) and the symmetric Sigma = [[c00, c01], [c01, c11]],
     written out (the closed-form inverse; no BLAS). NaN where Sigma is singular."""
+    d0, d1, c00, c01, c11 = (np.asarray(v, dtype=float) for v in (d0, d1, c00, c01, c11))
     det = c00 * c11 - c01 * c01
     with np.errstate(invalid="ignore", divide="ignore"):
         t = (c11 * d0 * d0 - 2.0 * c01 * d0 * d1 + c00 * d1 * d1) / det

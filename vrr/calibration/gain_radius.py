@@ -46,7 +46,8 @@ def parameter_draws(S, y, M: int, n_boot: int = RADIUS_REPLICATES, seed: int = 0
     """The calibrated parameters of ``n_boot`` bootstrap resamples of one calibration sample: {name: [n_boot]}.
 
     Calibration instances are resampled whole (their votes and labels together); with a method that reads the
-    probe, the probe's plans are resampled within each class. ``semisupervised_checked`` keeps the branch its
+    probe, the probe's plans are resampled within each class. alpha, beta and pi are then drawn from their
+    Jeffreys posteriors instead (:func:`jeffreys_draws`). ``semisupervised_checked`` keeps the branch its
     point fit's check chose (``point``: that fit; refit when not given): the draws measure the estimation error
     of the estimator that was deployed, not the check's."""
     S, y = np.asarray(S), np.asarray(y)
@@ -95,7 +96,26 @@ def parameter_draws(S, y, M: int, n_boot: int = RADIUS_REPLICATES, seed: int = 0
         fit = calibrate(S[idx], y[idx], M, seed=seed + b, votes=votes[b], **probe, **kwargs).params
         for name in PARAM_NAMES:
             draws[name][b] = getattr(fit, name)
+    if point is None:
+        point = calibrate(S, y, M, seed=seed, probe_S=probe_S, probe_y=probe_y, probe_M=probe_M, **kwargs)
+    draws.update(jeffreys_draws(point, n_boot, seed))
     return draws
+
+
+def jeffreys_draws(cal, n_boot: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Draws of alpha, beta and pi from their Jeffreys posteriors Beta(k + 1/2, n - k + 1/2) on the calibration's
+    labeled counts (the repair pairs' fixes and breaks, the initial plans' valid count).
+
+    These three are plain proportions of a few dozen to a few hundred labeled pairs. The percentile bootstrap of a
+    proportion that size falls short of its level (it never leaves the sample's support: 0 of 40 stays 0), while
+    the Jeffreys interval holds it (Brown, Cai and DasGupta 2001), so B_k takes their uncertainty from these."""
+    rng = np.random.default_rng(seed + 15485863)
+    t = cal.transitions
+    out = {}
+    for name, k, n in (("alpha", t.n_fixed, t.n_invalid_before), ("beta", t.n_broken, t.n_valid_before),
+                       ("pi", cal.n_pi_valid, cal.n_pi)):
+        out[name] = rng.beta(k + 0.5, n - k + 0.5, size=n_boot)
+    return out
 
 
 def crossfit_parameter_draws(cf: CrossFit, S, y, M: int, n_boot: int = RADIUS_REPLICATES, seed: int = 0,
