@@ -88,3 +88,9 @@ __all__ = [
     # problem texts kept out of stored records
     "REDACTION_MARKER", "redact_problem_text", "contains_problem_text", "redact_record",
 ]
+
+# the public names are shown, pickled and documented as this package's, wherever their code lives (httpx style)
+for _name in __all__:
+    if callable(globals()[_name]):
+        globals()[_name].__module__ = __name__
+del _name
