@@ -94,6 +94,16 @@ def bootstrap_intervals_each(samples, M: int, eta: float = 0.05, n_boot: int = B
     computed alone."""
     samples = [(np.asarray(S), np.asarray(y), int(seed)) for S, y, seed in samples]
     options = calibrate_kwargs.get("options", EstimatorOptions())
+    if calibrate_kwargs.get("method") == "semisupervised_checked":
+        # the replicates refit the estimator the point fit's check chose (rerunning the check per replicate
+        # would cost 200 bootstraps each): one sample at a time, each with its own branch
+        out = []
+        for S, y, seed in samples:
+            point = calibrate(S, y, M, seed=seed, **calibrate_kwargs)
+            branch = (dict(method="semisupervised_em") if (point.check or {}).get("passed")
+                      else dict(method="labeled_mle", vote_rounds="probe"))
+            out += bootstrap_intervals_each([(S, y, seed)], M, eta=eta, n_boot=n_boot, **{**calibrate_kwargs, **branch})
+        return out
     replicates = []
     for S, _, seed in samples:
         rng = np.random.default_rng(seed + 7919)

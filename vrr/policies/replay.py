@@ -170,7 +170,9 @@ def algorithm1_inputs(setting: Setting, cf: CrossFit, config: ReplayConfig) -> d
     bootstrap error radii above and below G-hat (``g_hat``, ``radius``, ``radius_low``, [N, K+1];
     ``vrr.calibration.gain_radius``), each fold's
     J-hat and calibration check (``j_per_fold``, ``checks``), the mode and its reason per fold
-    (``modes``; :func:`vrr.policies.mode.algorithm1_mode`) and per instance (``stop_mode``)."""
+    (``modes``; :func:`vrr.policies.mode.algorithm1_mode`) and per instance (``stop_mode``); for the methods
+    without the probe also the bootstrap parameter box (``intervals``) that the online controller's radius grid
+    reads."""
     from ..calibration.gain_radius import bootstrap_radius, crossfit_parameter_draws
 
     S, y, M = setting.S, setting.y, setting.M
@@ -182,8 +184,17 @@ def algorithm1_inputs(setting: Setting, cf: CrossFit, config: ReplayConfig) -> d
     checks = [fold_check(setting, cf, f, config) for f in range(config.n_folds)]
     modes = [algorithm1_mode(j, config.j_min, c) for j, c in zip(diags, checks)]
     stop_mode = np.array([m == "stop" for m, _ in modes])[cf.folds]
-    return {"g_hat": g_hat, "radius": radius, "radius_low": radius_low, "stop_mode": stop_mode, "j_per_fold": diags, "checks": checks,
-            "modes": modes}
+    out = {"g_hat": g_hat, "radius": radius, "radius_low": radius_low, "stop_mode": stop_mode, "j_per_fold": diags,
+           "checks": checks, "modes": modes}
+    if config.method not in PROBE_METHODS:
+        # the parameter box whose grid the online controller's B_k searches (controller_parameters); with the
+        # probe methods its bootstrap would rerun the check per replicate, and nothing here reads it
+        from ..calibration.identifiability import crossfit_intervals
+
+        out["intervals"] = crossfit_intervals(cf, config.eta, S=S, y=y, M=M, seed=config.seed, method=config.method,
+                                              vote_rounds=config.vote_rounds, max_pairs=config.max_pairs,
+                                              options=config.estimator, **probe_kwargs(setting, config))
+    return out
 
 
 LABEL_FREE = "VRR-Stop (label-free EM)"
