@@ -156,3 +156,64 @@ def test_api_doc_is_current():
     spec.loader.exec_module(mod)
     assert (PKG.parent / "docs" / "api.md").read_text() == mod.render(), \
         "docs/api.md is stale: python scripts/render_api_doc.py > docs/api.md"
+
+
+# ---- the rooms inside the stages ---------------------------------------------------------------------------
+SANDBOX = PKG / "loop" / "sandbox"
+CONTROLLER = PKG / "policies" / "online"
+# what the controller package may use: the math, the calibration, and the policies it shares with replay
+CONTROLLER_USES = ("vrr.common", "vrr.core", "vrr.data", "vrr.calibration", "vrr.policies.rules",
+                   "vrr.policies.replay", "vrr.policies.mode", "vrr.policies.online")
+
+
+def _private_of(target: str, room: str) -> bool:
+    return target.startswith(room + "._")
+
+
+def test_the_sandbox_uses_nothing_of_vrr_outside_itself_and_is_used_through_its_face():
+    wrong = []
+    for path in _sources():
+        inside = SANDBOX in path.parents
+        for target, line in _imports(path):
+            if inside and not target.startswith("vrr.loop.sandbox"):
+                wrong.append(f"{path.relative_to(PKG.parent)}:{line} imports {target} (the sandbox uses nothing of vrr)")
+            if not inside and _private_of(target, "vrr.loop.sandbox"):
+                wrong.append(f"{path.relative_to(PKG.parent)}:{line} imports {target} (use the face vrr.loop.sandbox)")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_bubblewrap_is_started_only_in_the_sandbox():
+    outside = [p for p in PKG.rglob("*.py") if SANDBOX not in p.parents and "bwrap" in p.read_text()]
+    assert not outside, outside
+
+
+def test_the_controller_package_uses_only_the_math_the_calibration_and_shared_policies():
+    wrong = []
+    for path in _sources():
+        inside = CONTROLLER in path.parents
+        for target, line in _imports(path):
+            if inside and not target.startswith(CONTROLLER_USES):
+                wrong.append(f"{path.relative_to(PKG.parent)}:{line} imports {target}")
+            if not inside and _private_of(target, "vrr.policies.online") and path.name != "online_calibration.py":
+                wrong.append(f"{path.relative_to(PKG.parent)}:{line} imports {target} (use the face vrr.policies.online)")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_store_is_used_through_its_face():
+    wrong = [f"{p.relative_to(PKG.parent)}:{line} imports {t}" for p in _sources() if PKG / "loop" / "store" not in p.parents
+             for t, line in _imports(p) if _private_of(t, "vrr.loop.store")]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_module_over_700_lines_and_no_class_over_400():
+    import ast
+
+    long_modules, long_classes = [], []
+    for path in PKG.rglob("*.py"):
+        text = path.read_text()
+        if text.count("\n") > 700:
+            long_modules.append(f"{path.relative_to(PKG.parent)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > 400:
+                long_classes.append(f"{path.relative_to(PKG.parent)}: {node.name} {node.end_lineno - node.lineno + 1} lines")
+    assert not long_modules and not long_classes, long_modules + long_classes

@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .mixture import best_rates, binomial_em_chains, labeled_mle, vote_histograms
+
 CHECK_LEVEL = 0.05
 CHECK_REPLICATES = 200
 
@@ -111,8 +113,6 @@ def calibration_check(S_unlabeled, M: int, probe_S, probe_y, probe_M: int, level
                       em_max_iter: int = 2000) -> CalibrationCheck:
     """The calibration check of the module docstring on one calibration sample: ``S_unlabeled`` the round-0 accept
     counts (M votes) the label-free EM reads, ``probe_S``/``probe_y`` the labeled probe (``probe_M`` votes)."""
-    from .estimators import best_rates, binomial_em_chains, labeled_mle, vote_histograms
-
     if not 0.0 < level < 1.0:
         raise ValueError(f"calibration_check: level must be in (0, 1), got {level}")
     if n_boot < 10:

@@ -26,25 +26,17 @@ import numpy as np
 from scipy import special
 
 from ..common import fpmath
-from ..core.model import NoiseParams, youden_j
-
+from ..core.model import NoiseParams
 from ..settings import CALIBRATION_METHODS as VOTE_METHODS
+from .check import calibration_check
+from .mixture import (MIN_VOTES, VoteNoiseFit, _binom_logpmf_table, _em_restarts, _em_starts,  # noqa: F401
+                      _hist_loglik, _histogram, _hists_loglik, _require_votes, _responsibilities, best_rates,
+                      best_restart, binomial_em_chains, binomial_mixture_em, binomial_mixture_em_each,
+                      binomial_mixture_em_many, em_step, labeled_mle, mixture_loglik, vote_histograms)
 
 MAX_TRANSITION_PAIRS = 300
-# A mixture of two binomials (weight, two rates) is identifiable from Bin(M) counts only when M >= 3
-# (Teicher 1963: 2 components need 2k - 1 = 3 trials); the capped beta-binomial mixture has five
-# parameters, so it needs at least five vote cells.
-MIN_VOTES = {"binomial_em": 3, "mom": 3, "beta_binomial_em": 5, "labeled_mle": 1, "semisupervised_em": 1,
-             "semisupervised_checked": 3}
 # The methods that read the labeled probe besides the window's votes.
 PROBE_METHODS = ("semisupervised_em", "semisupervised_checked")
-
-
-def _require_votes(method: str, M: int) -> None:
-    need = MIN_VOTES[method]
-    if M < need:
-        raise ValueError(f"{method}: needs M >= {need} votes per plan to be identifiable, got M={M}; "
-                         "use labeled_mle (labels) or more votes")
 
 
 @dataclass(frozen=True)
@@ -68,26 +60,6 @@ class EstimatorOptions:
         return cls(**{k: calibration_block[k] for k in ("em_restarts", "em_tol", "em_max_iter", "bb_phi_cap",
                                                           "bb_restarts", "check_level", "check_replicates")
                       if k in calibration_block})
-
-
-@dataclass(frozen=True)
-class VoteNoiseFit:
-    """Estimated judge noise plus the effective vote counts behind it (for error radii)."""
-
-    rho0: float
-    rho1: float
-    weight_valid: float
-    loglik: float = float("nan")
-    votes_valid: float = 0.0      # effective number of votes cast on valid plans
-    votes_invalid: float = 0.0    # effective number of votes cast on invalid plans
-    method: str = ""
-    converged: bool = True
-    n_iter: int = 0
-
-    @property
-    def youden_j(self) -> float:
-        """J = 1 - rho0 - rho1 of the fit (Sec. 3)."""
-        return float(youden_j(self.rho0, self.rho1))
 
 
 @dataclass(frozen=True)
@@ -121,203 +93,6 @@ class Calibration:
     check: dict | None = None     # the calibration check behind ``semisupervised_checked`` (CalibrationCheck.as_dict)
 
 
-def _histogram(S, M: int, weights=None) -> np.ndarray:
-    S = np.asarray(S, dtype=np.int64).ravel()
-    return np.bincount(S, weights=weights, minlength=M + 1).astype(float)
-
-
-def _binom_logpmf_table(M: int, p: float) -> np.ndarray:
-    """log Bin(s; M, p) for s = 0..M (inlined: EM calls this thousands of times)."""
-    s = np.arange(M + 1)
-    log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
-    with np.errstate(divide="ignore"):
-        return log_comb + special.xlogy(s, p) + special.xlogy(M - s, 1.0 - p)
-
-
-def mixture_loglik(S, M: int, weight_valid: float, rho0: float, rho1: float) -> float:
-    """Log-likelihood of S under pi Bin(M, 1-rho1) + (1-pi) Bin(M, rho0) (App. A)."""
-    return _hist_loglik(_histogram(S, M), M, weight_valid, rho1, rho0)
-
-
-def _hist_loglik(hist: np.ndarray, M: int, weight_valid: float, rho1: float, rho0: float) -> float:
-    with np.errstate(divide="ignore"):
-        lv = fpmath.log(weight_valid) + _binom_logpmf_table(M, 1.0 - rho1)
-        li = fpmath.log1p(-weight_valid) + _binom_logpmf_table(M, rho0)
-    ll = np.logaddexp(lv, li)
-    mask = hist > 0
-    return float(np.sum(hist[mask] * ll[mask]))
-
-
-def em_step(h, total, M: int, w, p1, p0):
-    """One EM iteration of the binomial mixture (Sec. 4.2; App. A): E-step responsibilities of the valid
-    component per count value, M-step responsibility-weighted frequencies. ``h`` holds the histograms
-    [..., M+1] (broadcast against the chains), ``total`` their sizes, ``w, p1, p0`` the chains' current
-    values. Returns (log-likelihood at the current values, w, p1, p0 after the step)."""
-    s = np.arange(M + 1, dtype=float)
-    log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
-    eps = 1e-12
-    lv = fpmath.log(w)[..., None] + log_comb + s * fpmath.log(p1)[..., None] + (M - s) * fpmath.log1p(-p1)[..., None]
-    li = fpmath.log1p(-w)[..., None] + log_comb + s * fpmath.log(p0)[..., None] + (M - s) * fpmath.log1p(-p0)[..., None]
-    norm = np.logaddexp(lv, li)
-    resp = fpmath.exp(lv - norm)
-    ll = (norm * h).sum(axis=-1)
-    nv = (resp * h).sum(axis=-1)
-    ni = total - nv
-    w_new = np.clip(nv / total, eps, 1 - eps)
-    p1_new = np.clip(np.where(nv > eps, (resp * s * h).sum(axis=-1) / (M * np.maximum(nv, eps)), p1), eps, 1 - eps)
-    p0_new = np.clip(np.where(ni > eps, ((1 - resp) * s * h).sum(axis=-1) / (M * np.maximum(ni, eps)), p0),
-                     eps, 1 - eps)
-    return ll, w_new, p1_new, p0_new
-
-
-def _em_restarts(hists: np.ndarray, M: int, w, p1, p0, tol: float, max_iter: int):
-    """EM iterations for many histograms and restarts at once.
-
-    ``hists`` is [H, M+1] (vote-count histograms); ``w, p1, p0`` are [H, R] starting values. Every
-    (histogram, restart) chain runs until its log-likelihood gains less than ``tol``. Returns
-    per-chain (w, p1, p0, loglik, n_iter, converged), each [H, R].
-
-    The chains are independent: each iteration updates only the chains still running (a converged
-    chain leaves the arrays), and every chain goes through the same element-wise operations as when it
-    runs alone, so a fit does not depend on what it is batched with.
-    """
-    shape = np.shape(w)
-    n_chains = int(np.prod(shape))
-    hists = np.asarray(hists, dtype=float)
-    h = np.repeat(hists, shape[1], axis=0)                    # [H * R, M+1], the histogram of each running chain
-    total = h.sum(axis=-1)                                    # [C]
-    w, p1, p0 = (np.asarray(a, dtype=float).ravel().copy() for a in (w, p1, p0))
-    out = {"w": w.copy(), "p1": p1.copy(), "p0": p0.copy(), "ll": np.full(n_chains, -np.inf),
-           "n_iter": np.zeros(n_chains, dtype=np.int64), "converged": np.zeros(n_chains, dtype=bool)}
-    running = np.arange(n_chains)                             # chain id of each row of the working arrays
-    prev = np.full(n_chains, -np.inf)
-    for it in range(1, max_iter + 1):
-        ll_new, w_new, p1_new, p0_new = em_step(h, total, M, w, p1, p0)
-        out["ll"][running] = ll_new
-        out["n_iter"][running] = it
-        done = ll_new - prev < tol
-        if done.any():                                        # a converged chain keeps the values it was scored at
-            ids = running[done]
-            out["w"][ids], out["p1"][ids], out["p0"][ids] = w[done], p1[done], p0[done]
-            out["converged"][ids] = True
-            keep = ~done
-            running, h, total, prev = running[keep], h[keep], total[keep], ll_new[keep]
-            w, p1, p0 = w_new[keep], p1_new[keep], p0_new[keep]
-        else:
-            w, p1, p0, prev = w_new, p1_new, p0_new, ll_new
-        if running.size == 0:
-            break
-    out["w"][running], out["p1"][running], out["p0"][running] = w, p1, p0
-    return tuple(out[k].reshape(shape) for k in ("w", "p1", "p0", "ll", "n_iter", "converged"))
-
-
-def _em_starts(rng, n_restarts: int) -> np.ndarray:
-    return rng.uniform([0.1, 0.05, 0.05], [0.9, 0.95, 0.95], size=(n_restarts, 3))
-
-
-def _hists_loglik(hists: np.ndarray, M: int, w, p1, p0) -> np.ndarray:
-    """Log-likelihood of each histogram [H, M+1] under the mixtures (w, p1, p0), each [H, R]."""
-    s = np.arange(M + 1, dtype=float)
-    log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
-    with np.errstate(divide="ignore"):
-        lv = fpmath.log(w)[..., None] + log_comb + special.xlogy(s, p1[..., None]) + special.xlogy(M - s, 1 - p1[..., None])
-        li = fpmath.log1p(-w)[..., None] + log_comb + special.xlogy(s, p0[..., None]) + special.xlogy(M - s, 1 - p0[..., None])
-    ll = np.logaddexp(lv, li)
-    h = np.asarray(hists, dtype=float)[:, None, :]
-    return np.where(h > 0, h * ll, 0.0).sum(axis=-1)
-
-
-def binomial_em_chains(hists: np.ndarray, M: int, seeds, n_restarts: int = 10, tol: float = 1e-10,
-                       max_iter: int = 2000):
-    """The EM chains of :func:`binomial_mixture_em` (Sec. 4.2) for many vote histograms [H, M+1] at once,
-    histogram h starting from the ``n_restarts`` seeded starts of ``seeds[h]``: (w, p1, p0, loglik,
-    n_iter, converged), each [H, R]. :func:`best_restart` and :func:`best_rates` pick the fit."""
-    _require_votes("binomial_em", M)
-    hists = np.atleast_2d(np.asarray(hists, dtype=float))
-    seeds = [int(x) for x in seeds]
-    per_seed = {x: _em_starts(np.random.default_rng(x), n_restarts) for x in dict.fromkeys(seeds)}
-    starts = np.stack([per_seed[x] for x in seeds]) if seeds else np.empty((0, n_restarts, 3))   # [H, R, 3]
-    return _em_restarts(hists, M, starts[:, :, 0], starts[:, :, 1], starts[:, :, 2], tol, max_iter)
-
-
-def best_rates(hists: np.ndarray, M: int, chains) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rho0, rho1, weight_valid), each [H], of the restart with the highest log-likelihood per histogram,
-    labeled so that the valid component accepts more (the bootstrap's fast path of the EM)."""
-    hists = np.atleast_2d(np.asarray(hists, dtype=float))
-    ws, p1s, p0s = chains[:3]
-    best = np.argmax(_hists_loglik(hists, M, ws, p1s, p0s), axis=1)
-    rows = np.arange(hists.shape[0])
-    w, p1, p0 = ws[rows, best], p1s[rows, best], p0s[rows, best]
-    swap = p0 > p1                                            # label convention: valid accepts more
-    w, p1, p0 = np.where(swap, 1 - w, w), np.where(swap, p0, p1), np.where(swap, p1, p0)
-    return p0, 1 - p1, w
-
-
-def binomial_mixture_em_many(hists: np.ndarray, M: int, n_restarts: int = 10, seed: int = 0,
-                             tol: float = 1e-10, max_iter: int = 2000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`binomial_mixture_em` on many vote histograms [H, M+1] at once (the bootstrap of
-    ``vrr.calibration.identifiability``): returns (rho0, rho1, weight_valid), each [H]. Every
-    histogram gets the same seeded starts."""
-    hists = np.atleast_2d(np.asarray(hists, dtype=float))
-    chains = binomial_em_chains(hists, M, [seed] * hists.shape[0], n_restarts=n_restarts, tol=tol, max_iter=max_iter)
-    return best_rates(hists, M, chains)
-
-
-def binomial_mixture_em(S, M: int, n_restarts: int = 10, seed: int = 0,
-                        tol: float = 1e-10, max_iter: int = 2000) -> VoteNoiseFit:
-    """Two-component binomial-mixture EM (Sec. 4.2; App. A "Calibration Estimators").
-
-    S ~ pi Bin(M, 1 - rho1) + (1 - pi) Bin(M, rho0). Runs ``n_restarts`` seeded random starts
-    (iterated together, vectorized), keeps the highest log-likelihood, and labels the
-    higher-acceptance component as valid. The mixture is identifiable iff J != 0; as J -> 0
-    the likelihood surface flattens (App. E).
-    """
-    return binomial_mixture_em_each([S], M, [seed], n_restarts=n_restarts, tol=tol, max_iter=max_iter)[0]
-
-
-def vote_histograms(samples, M: int) -> np.ndarray:
-    """[H, M+1] histograms of the vote counts of each sample; an empty sample is an error."""
-    hists = np.stack([_histogram(S, M) for S in samples])
-    if (hists.sum(axis=1) == 0).any():
-        raise ValueError("binomial_mixture_em: empty sample")
-    return hists
-
-
-def binomial_mixture_em_each(samples, M: int, seeds, n_restarts: int = 10, tol: float = 1e-10,
-                             max_iter: int = 2000) -> list[VoteNoiseFit]:
-    """:func:`binomial_mixture_em` of each vote sample in ``samples`` with its own seed in ``seeds``,
-    the EM chains of all of them iterated together (Sec. 4.2 estimator; one fit per sample, each the
-    same as fitting it alone)."""
-    _require_votes("binomial_em", M)
-    hists = vote_histograms(samples, M)
-    chains = binomial_em_chains(hists, M, seeds, n_restarts=n_restarts, tol=tol, max_iter=max_iter)
-    return [best_restart(hist, M, [a[i] for a in chains]) for i, hist in enumerate(hists)]
-
-
-def best_restart(hist, M: int, chain) -> VoteNoiseFit:
-    """The fit of :func:`binomial_mixture_em` from one histogram's EM chains (``binomial_em_chains`` row):
-    the restart with the highest log-likelihood, labeled so that the valid component accepts more."""
-    ws, p1s, p0s, _, iters, conv = chain
-    # Rank restarts by the log-likelihood of their final parameters (a restart stopped at
-    # max_iter has moved past the value it last evaluated).
-    lls = np.array([_hist_loglik(hist, M, w_, 1 - p1_, p0_) for w_, p1_, p0_ in zip(ws, p1s, p0s)])
-    b = int(np.argmax(lls))
-    w, p1, p0, ll, n_iter, converged = float(ws[b]), float(p1s[b]), float(p0s[b]), float(lls[b]), int(iters[b]), bool(conv[b])
-    if p0 > p1:                                       # label convention: valid accepts more
-        w, p1, p0 = 1 - w, p0, p1
-    resp = _responsibilities(hist, M, w, p1, p0)
-    return VoteNoiseFit(rho0=p0, rho1=1 - p1, weight_valid=w, loglik=ll,
-                        votes_valid=M * float(np.sum(hist * resp)),
-                        votes_invalid=M * float(np.sum(hist * (1 - resp))),
-                        method="binomial_em", converged=converged, n_iter=n_iter)
-
-
-def _responsibilities(hist, M, w, p1, p0):
-    lv = fpmath.log(w) + _binom_logpmf_table(M, p1)
-    li = fpmath.log1p(-w) + _binom_logpmf_table(M, p0)
-    return fpmath.exp(lv - np.logaddexp(lv, li))
-
-
 def method_of_moments(S, M: int) -> VoteNoiseFit:
     """Method of moments for the two-component binomial mixture (App. I, "MoM").
 
@@ -349,18 +124,6 @@ def method_of_moments(S, M: int) -> VoteNoiseFit:
     n = S.size
     return VoteNoiseFit(rho0=p0, rho1=1 - p1, weight_valid=w, votes_valid=M * n * w,
                         votes_invalid=M * n * (1 - w), method="mom")
-
-
-def labeled_mle(S, y, M: int) -> VoteNoiseFit:
-    """Labeled maximum likelihood (App. I): rho1 = 1 - accepts/votes on valid plans,
-    rho0 = accepts/votes on invalid plans. A class with no plans gets NaN."""
-    S = np.asarray(S, dtype=float).ravel()
-    y = np.asarray(y).ravel().astype(bool)
-    nv, ni = int(y.sum()), int((~y).sum())
-    rho1 = 1 - S[y].sum() / (M * nv) if nv else float("nan")
-    rho0 = S[~y].sum() / (M * ni) if ni else float("nan")
-    return VoteNoiseFit(rho0=float(rho0), rho1=float(rho1), weight_valid=nv / max(nv + ni, 1),
-                        votes_valid=float(M * nv), votes_invalid=float(M * ni), method="labeled_mle")
 
 
 @functools.lru_cache(maxsize=64)
@@ -525,8 +288,6 @@ def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
     else:
         raise ValueError(f"vote_rounds must be 'first', 'all' or 'probe', got {vote_rounds!r}")
     if method == "semisupervised_checked" and votes is None:
-        from .check import calibration_check
-
         check = calibration_check(vS, vM, *labeled, level=options.check_level, n_boot=options.check_replicates,
                                   seed=seed, em_restarts=options.em_restarts, em_tol=options.em_tol,
                                   em_max_iter=options.em_max_iter).as_dict()

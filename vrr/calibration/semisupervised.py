@@ -144,7 +144,7 @@ def semisupervised_em(S_unlabeled, M: int, S_labeled, y_labeled, M_labeled: int,
     entering with their class fixed). ``S_unlabeled``: accept counts of M votes whose plans' labels are not used;
     ``S_labeled``, ``y_labeled``: the labeled plans' counts of ``M_labeled`` votes and their labels. Returns a
     ``VoteNoiseFit`` with method "semisupervised_em"; its effective votes pool both parts."""
-    from .estimators import VoteNoiseFit, vote_histograms
+    from .mixture import VoteNoiseFit, vote_histograms
 
     S_u = np.asarray(S_unlabeled).ravel()
     if S_u.size and (S_u.min() < 0 or S_u.max() > M):
