@@ -76,7 +76,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP_INSTALL) -q -e ".[notebooks,test,tasks,dspy,inspect]"
 	@touch $@
 
-# Model-written code runs only inside bubblewrap (Debian's 'bubblewrap'; vrr/loop/sandbox.py).
+# Model-written code runs only inside bubblewrap (Debian's 'bubblewrap'; vrr/loop/sandbox/).
 sandbox-tool:
 	@command -v bwrap >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \

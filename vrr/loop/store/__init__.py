@@ -1,7 +1,7 @@
 """The trajectory store: the files of one run under ``data/real/<setting>/``.
 
 Problem texts are never stored: problems are referred to by dataset, split and index, and
-perturbations by their spec (``vrr.loop.redact`` removes verbatim restatements).
+perturbations by their spec (``vrr.loop.sandbox.redact_record`` removes verbatim restatements).
 
 * ``config.json``                the resolved run config (``vrr.loop.config``), checked on resume,
 * ``trajectories.part.jsonl``    one completed-instance record per line, appended and fsynced after
