@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from vrr.calibration.identifiability import PARAM_NAMES, error_radius
+from vrr.calibration.gain_radius import PARAM_NAMES, bootstrap_radius
 from vrr.core.belief import belief_update, filter_beliefs, gain, predict
 from vrr.policies import rules as P
 from vrr.policies.online import ControllerStateError, Decision, OnlineController
@@ -31,8 +31,8 @@ def test_controller_reproduces_offline_policies_on_committed_settings(name, comm
     offline = {
         "vrr_stop": P.vrr_stop(S, M, tau=config.tau, **cf.as_kwargs()),
         "vrr_guard": P.vrr_guard(S, config.delta),
-        "algorithm1": P.algorithm1(S, M, radius=alg["radius"], stop_mode=alg["stop_mode"], delta=config.delta,
-                                   tau=config.tau, **cf.as_kwargs()),
+        "algorithm1": P.algorithm1(S, M, radius=alg["radius"], radius_low=alg["radius_low"],
+                                   stop_mode=alg["stop_mode"], delta=config.delta, tau=config.tau, **cf.as_kwargs()),
     }
     for policy, expected in offline.items():
         run = run_controller(fold_controllers(setting, cf, config, policy, alg_inputs=alg), S, folds=cf.folds)
@@ -52,9 +52,15 @@ def test_controller_reproduces_offline_policies_on_committed_settings(name, comm
 inner = st.floats(0.01, 0.99)
 
 
-def _assert_controller_equals_offline(M, k_max, S, params, box, tau, delta, stop_mode, grid=None):
+def box_draws(box: dict, n: int = 12, seed: int = 0) -> dict:
+    """``n`` parameter draws spread over ``box`` ({name: (lo, hi)}): B_k's draws for the random problems."""
+    rng = np.random.default_rng(seed)
+    return {name: rng.uniform(lo, hi, n).tolist() for name, (lo, hi) in box.items()}
+
+
+def _assert_controller_equals_offline(M, k_max, S, params, draws, tau, delta, stop_mode, eta=0.05):
     """VRR-Stop, VRR-Guard and Algorithm 1 run round by round commit the same round as the vectorized
-    policies; Algorithm 1's B_k on both sides from the same ``grid`` (None: each side's default)."""
+    policies; Algorithm 1's B_k^- and B_k^+ on both sides from the same parameter draws."""
     common = dict(M=M, k_max=k_max, delta=delta, tau=tau, **params)
     stop = run_controller(OnlineController.from_parameters(policy="vrr_stop", **common), S).outcome
     expected = P.vrr_stop(S, M, tau=tau, **params)
@@ -63,36 +69,39 @@ def _assert_controller_equals_offline(M, k_max, S, params, box, tau, delta, stop
     guard = run_controller(OnlineController.from_parameters(policy="vrr_guard", **common), S).outcome
     assert guard.committed.tolist() == P.vrr_guard(S, delta).committed.tolist()
     assert guard.rounds_used.tolist() == [k_max] * S.shape[0]
-    grid_kw = {} if grid is None else {"grid": grid}
-    ctl = OnlineController.from_parameters(policy="algorithm1", intervals=box, stop_mode=stop_mode, **grid_kw, **common)
+    ctl = OnlineController.from_parameters(policy="algorithm1", draws=draws, eta=eta, stop_mode=stop_mode, **common)
     alg = run_controller(ctl, S).outcome
-    g_hat, radius = error_radius(S, M, params, box, **grid_kw)
-    expected = P.algorithm1(S, M, radius=radius, stop_mode=stop_mode, delta=delta, tau=tau, **params)
+    g_hat, low, high = bootstrap_radius(S, M, params, draws, eta)
+    expected = P.algorithm1(S, M, radius=high, radius_low=low, stop_mode=stop_mode, delta=delta, tau=tau, **params)
     assert alg.committed.tolist() == expected.committed.tolist()
     assert alg.rounds_used.tolist() == expected.rounds_used.tolist()
-    return g_hat, radius
+    return g_hat, low, high
 
 
 @settings(max_examples=60, deadline=None)
-@given(vote_problems(), st.sampled_from([0.0, 0.05, -0.02]), st.integers(0, 6), st.booleans(), st.sampled_from([2, 3]))
-def test_controller_equals_offline_on_random_trajectories(problem, tau, delta, stop_mode, grid):
-    """Random problems, parameters and boxes. B_k's grid is 2 or 3 levels per parameter on both sides: the
-    controller's per-point beliefs and the offline radius walk the same points whatever the level count, and
-    the 5-level default (3,125 points, seconds per offline radius) is the next test's one fixed problem."""
+@given(vote_problems(), st.sampled_from([0.0, 0.05, -0.02]), st.integers(0, 6), st.booleans(), st.integers(0, 9),
+       st.sampled_from([0.05, 0.2]))
+def test_controller_equals_offline_on_random_trajectories(problem, tau, delta, stop_mode, seed, eta):
+    """Random problems, parameters and parameter draws: the controller's per-draw beliefs and replay's
+    ``bootstrap_radius`` give the same B_k^- and B_k^+, so the same decisions."""
     M, k_max, S, params, box = problem
-    _assert_controller_equals_offline(M, k_max, S, params, box, tau, delta, stop_mode, grid)
+    _assert_controller_equals_offline(M, k_max, S, params, box_draws(box, seed=seed), tau, delta, stop_mode, eta)
 
 
-def test_controller_equals_offline_at_the_default_grid():
-    """The default B_k grid (5 levels) of the controller and of ``error_radius`` agree on a problem where
-    Algorithm 1 both commits in Stop mode and falls back to Guard for an unidentifiable sign."""
+def test_controller_equals_offline_with_replays_draw_count():
+    """200 draws (``RADIUS_REPLICATES``, as replay) on a problem where Algorithm 1 both commits in Stop mode
+    and falls back to Guard for an unidentifiable sign; the controller reports replay's B_k^- and B_k^+."""
     rng = np.random.default_rng(7)
     S = rng.integers(0, 9, (16, 6))
     params = dict(rho0=0.3, rho1=0.25, alpha=0.35, beta=0.2, pi=0.45)
-    box = {name: (v - 0.08, v + 0.08) for name, v in params.items()}
-    g_hat, radius = _assert_controller_equals_offline(8, 5, S, params, box, tau=0.0, delta=2, stop_mode=True)
-    commits, unidentifiable = P.algorithm1_step(g_hat[:, :-1], radius[:, :-1])
+    draws = box_draws({name: (v - 0.08, v + 0.08) for name, v in params.items()}, n=200)
+    g_hat, low, high = _assert_controller_equals_offline(8, 5, S, params, draws, tau=0.0, delta=2, stop_mode=True)
+    commits, unidentifiable = P.algorithm1_step(g_hat[:, :-1], high[:, :-1], radius_low=low[:, :-1])
     assert commits.any() and unidentifiable.any(), "the problem exercises both Stop-mode branches"
+    assert not np.allclose(low, high), "the radii differ below and above G-hat"
+    d = OnlineController.from_parameters(M=8, k_max=5, policy="algorithm1", draws=draws, stop_mode=True,
+                                         **params).observe_count(int(S[0, 0]))
+    assert (d.radius, d.radius_low) == (high[0, 0], low[0, 0])
 
 
 @settings(max_examples=40, deadline=None)
@@ -135,7 +144,7 @@ def test_decision_reports_eq5_belief_eq6_gain_and_costs():
 
 def test_algorithm1_mode_reasons():
     box = {name: (0.2, 0.6) for name in PARAM_NAMES}
-    common = dict(M=8, k_max=3, rho0=0.3, rho1=0.2, alpha=0.4, beta=0.3, pi=0.5, intervals=box)
+    common = dict(M=8, k_max=3, rho0=0.3, rho1=0.2, alpha=0.4, beta=0.3, pi=0.5, draws=box_draws(box))
     low = OnlineController.from_parameters(j_hat=0.05, j_min=0.1, **common)
     d = low.observe([1] * 8)
     assert d.mode == "guard" and "below J_min" in d.reason and d.action == "repair" and np.isnan(d.radius)
@@ -159,8 +168,8 @@ def test_json_round_trip_mid_trajectory_resumes_identically(problem, cut, sequen
     rng = np.random.default_rng(seed)
     votes = [[int(v) for v in rng.permutation([1] * s + [0] * (M - s))] for s in S[0]]
     def make():
-        return OnlineController.from_parameters(M=M, k_max=k_max, policy="algorithm1", intervals=box, j_hat=0.3,
-                                                sequential=sequential, grid=3, **params)
+        return OnlineController.from_parameters(M=M, k_max=k_max, policy="algorithm1", draws=box_draws(box), j_hat=0.3,
+                                                sequential=sequential, **params)
 
     def run(ctl, cut):
         decisions, fed = [], 0
@@ -229,9 +238,9 @@ def test_bad_votes_and_parameters_are_refused():
         ctl.decide()
     with pytest.raises(ValueError, match="field 'alpha'"):
         OnlineController.from_parameters(M=2, k_max=3, rho0=0.2, rho1=0.1, alpha=[0.3], beta=0.2, pi=0.6)
-    with pytest.raises(ValueError, match="policy='algorithm1' needs intervals=.*pass policy='vrr_stop'"):
+    with pytest.raises(ValueError, match="policy='algorithm1' needs draws=.*pass policy='vrr_stop'"):
         OnlineController.from_parameters(M=2, k_max=3, rho0=0.2, rho1=0.1, alpha=0.3, beta=0.2, pi=0.6, j_hat=0.4)
-    with pytest.raises(ValueError, match="field 'intervals'"):
+    with pytest.raises(ValueError, match="field 'draws'"):
         OnlineController.from_parameters(M=2, k_max=3, rho0=0.2, rho1=0.1, alpha=0.3, beta=0.2, pi=0.6, j_hat=0.4,
                                          policy="algorithm1")
 
@@ -244,13 +253,17 @@ def test_from_calibration_uses_the_folds_replay_uses(calibration, committed):
     for name in PARAM_NAMES:
         assert c[name] == getattr(cf.fits[2].params, name)
     first = int(np.flatnonzero(cf.folds == 2)[0])
-    for name in PARAM_NAMES:
-        assert c["intervals"][name] == [float(alg["intervals"][name][0][first]), float(alg["intervals"][name][1][first])]
+    for name in PARAM_NAMES:   # B_k's draws are fold 2's, the ones replay scores fold 2's instances with
+        assert c["draws"][name] == alg["draws"][name][:, first].tolist()
+    assert c["draws"]["rho0"] != alg["draws"]["rho0"][:, int(np.flatnonzero(cf.folds == 1)[0])].tolist()
     assert c["j_hat"] == alg["j_per_fold"][2] and (c["M"], c["k_max"]) == (setting.M, setting.k_max)
+    assert c["check"] == alg["checks"][2] and (ctl.mode, ctl.to_dict()["state"]["reason"]) == alg["modes"][2]
     deployed = OnlineController.from_calibration(path)          # refit on every calibration instance
     assert 0 < deployed.config["rho0"] < 1 and deployed.config["source"] == str(path)
-    no_arrays = OnlineController.from_calibration(path, fold=0, arrays=False, M=8, k_max=5)
+    no_arrays = OnlineController.from_calibration(path, fold=0, arrays=False, M=8, k_max=5, draws=c["draws"])
     assert no_arrays.config["j_hat"] == json.loads(path.read_text())["probe"]["j_hat"]
+    with pytest.raises(ValueError, match="pass the arrays, draws=..., or policy='vrr_stop'"):
+        OnlineController.from_calibration(path, fold=0, arrays=False, M=8, k_max=5)
     with pytest.raises(ValueError, match="arrays_path"):
         OnlineController.from_calibration(path, arrays=False)
     assert isinstance(ctl.observe([1] * 8), Decision)
@@ -297,7 +310,7 @@ def test_observe_count_refuses_what_is_not_a_count(bad):
 
 
 @pytest.mark.parametrize("option, field", [
-    (dict(tau=float("nan")), "tau"), (dict(tau="0"), "tau"), (dict(grid=0), "grid"), (dict(grid=1), "grid"),
+    (dict(tau=float("nan")), "tau"), (dict(tau="0"), "tau"), (dict(eta=0), "eta"), (dict(eta=1.5), "eta"),
     (dict(j_min="0.1"), "j_min"), (dict(j_min=float("inf")), "j_min"), (dict(error_rate="0.1"), "error_rate"),
     (dict(error_rate=0.0), "error_rate"), (dict(delta=1.5), "delta"), (dict(M=True), "M"), (dict(k_max=-1), "k_max"),
     (dict(budget_calls=0), "budget_calls"), (dict(repair_cost=-1.0), "repair_cost"), (dict(j_hat="x"), "j_hat"),
@@ -324,10 +337,10 @@ def test_policy_left_out_is_vrr_stop_from_point_estimates_and_algorithm1_with_it
     box = {name: (0.1, 0.6) for name in PARAM_NAMES}
     point = dict(M=4, k_max=3, rho0=0.3, rho1=0.2, alpha=0.4, beta=0.25, pi=0.5)
     assert OnlineController.from_parameters(**point).policy == "vrr_stop"
-    assert OnlineController.from_parameters(intervals=box, j_hat=0.3, **point).policy == "algorithm1"
-    assert OnlineController.from_parameters(intervals=box, stop_mode=False, **point).policy == "algorithm1"
+    assert OnlineController.from_parameters(draws=box_draws(box), j_hat=0.3, **point).policy == "algorithm1"
+    assert OnlineController.from_parameters(draws=box_draws(box), stop_mode=False, **point).policy == "algorithm1"
     with pytest.raises(ValueError, match="policy='algorithm1' needs j_hat"):
-        OnlineController.from_parameters(intervals=box, **point)
+        OnlineController.from_parameters(draws=box_draws(box), **point)
 
 
 def test_budget_returns_the_keep_best_incumbent_not_the_last_plan():
@@ -390,7 +403,7 @@ def test_algorithm1_stop_mode_commit_round_ends_early():
     though the completions would leave different Guard incumbents."""
     box = {name: (lo, lo + 0.02) for name, lo in zip(PARAM_NAMES, (0.1, 0.1, 0.3, 0.05, 0.5))}
     ctl = OnlineController.from_parameters(M=8, k_max=3, rho0=0.11, rho1=0.11, alpha=0.31, beta=0.06, pi=0.51,
-                                           intervals=box, j_hat=0.7, sequential="exact", grid=2)
+                                           draws=box_draws(box), j_hat=0.7, sequential="exact")
     fixed = OnlineController.from_parameters(**dict(ctl.config, sequential="off"))
     n = 0
     while ctl.need_vote():
@@ -430,7 +443,7 @@ def test_observe_observe_count_and_add_vote_take_effect_whole_or_not_at_all(conf
     """Over random call sequences: a refused call leaves to_json() byte-identical; an accepted observe
     (observe_count) equals add_vote for every vote followed by decide() on a copy."""
     box = {name: (0.05, 0.6) for name in PARAM_NAMES}
-    extra = dict(intervals=box, j_hat=0.4, grid=2) if config["policy"] == "algorithm1" else {}
+    extra = dict(draws=box_draws(box), j_hat=0.4) if config["policy"] == "algorithm1" else {}
     ctl = OnlineController.from_parameters(k_max=3, rho0=0.2, rho1=0.15, alpha=0.35, beta=0.1, pi=0.4,
                                            **config, **extra)
     for name, arg in calls:
@@ -517,7 +530,7 @@ def test_the_planned_mode_is_the_mode_the_first_round_runs_in(policy, j_hat):
 
     box = {name: (0.05, 0.6) for name in PARAM_NAMES}
     ctl = OnlineController.from_parameters(M=4, k_max=3, rho0=0.3, rho1=0.2, alpha=0.4, beta=0.25, pi=0.5,
-                                           policy=policy, intervals=box, j_hat=j_hat)
+                                           policy=policy, draws=box_draws(box), j_hat=j_hat)
     mode, reason = planned_mode(policy, j_hat, 0.10)
     assert ctl.mode == mode and ctl.to_dict()["state"]["reason"] == reason
     expected = {"vrr_stop": "stop", "vrr_guard": "guard", "algorithm1": "stop" if j_hat >= 0.1 else "guard"}[policy]

@@ -17,6 +17,7 @@ bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
 from conftest import EVERY_SETTING, vote_problems  # noqa: E402
+from test_online import box_draws  # noqa: E402
 
 
 def test_vote_orders_keep_the_counts_and_the_seed():
@@ -32,7 +33,7 @@ def test_exact_curtailment_never_changes_a_decision(problem, delta, tau, stop_mo
     M, k_max, S, params, box = problem
     votes = vote_orders(S, M, seed)
     for policy in ("vrr_stop", "vrr_guard", "algorithm1"):
-        extra = dict(intervals=box, stop_mode=stop_mode, grid=3) if policy == "algorithm1" else {}
+        extra = dict(draws=box_draws(box, seed=seed), stop_mode=stop_mode) if policy == "algorithm1" else {}
         make = lambda seq: OnlineController.from_parameters(M=M, k_max=k_max, policy=policy, delta=delta,  # noqa
                                                             tau=tau, sequential=seq, **params, **extra)
         fixed = run_controller(make("off"), S)

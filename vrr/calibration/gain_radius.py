@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.belief import filter_beliefs, gain
-from .estimators import (PROBE_METHODS, CrossFit, EstimatorOptions, VoteNoiseFit, best_rates, binomial_em_chains,
+from .estimators import (PROBE_METHODS, EstimatorOptions, VoteNoiseFit, best_rates, binomial_em_chains,
                          calibrate, labeled_mle, vote_histograms)
 
 PARAM_NAMES = ("rho0", "rho1", "alpha", "beta", "pi")
@@ -118,14 +118,11 @@ def jeffreys_draws(cal, n_boot: int, seed: int = 0) -> dict[str, np.ndarray]:
     return out
 
 
-def crossfit_parameter_draws(cf: CrossFit, S, y, M: int, n_boot: int = RADIUS_REPLICATES, seed: int = 0,
-                             **kwargs) -> dict[str, np.ndarray]:
-    """:func:`parameter_draws` of each cross-fit fold's training instances, mapped to the fold's instances:
-    {name: [n_boot, N]} (instance i's draws come from the fit that scores it)."""
-    S, y = np.asarray(S), np.asarray(y)
-    per_fold = [parameter_draws(S[cf.folds != f], y[cf.folds != f], M, n_boot=n_boot, seed=seed + f,
-                                point=cf.fits[f], **kwargs) for f in range(len(cf.fits))]
-    return {name: np.stack([d[name] for d in per_fold], axis=1)[:, cf.folds] for name in PARAM_NAMES}
+def instance_draws(folds, per_fold: list) -> dict[str, np.ndarray]:
+    """Each cross-fit fold's draws {name: [n_boot]} (``per_fold[f]``, :func:`parameter_draws` of the fold's
+    training instances) mapped to the instances: {name: [n_boot, N]} (instance i's draws come from the fit that
+    scores it, fold ``folds[i]``)."""
+    return {name: np.stack([d[name] for d in per_fold], axis=1)[:, np.asarray(folds)] for name in PARAM_NAMES}
 
 
 def gain_paths(S, M: int, params: dict) -> np.ndarray:

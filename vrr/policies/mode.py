@@ -12,22 +12,24 @@ from __future__ import annotations
 import math
 
 
-def algorithm1_mode(j_hat: float | None, j_min: float = 0.10, check=None) -> tuple[str, str]:
+def algorithm1_mode(j_hat: float | None, j_min: float = 0.10, check=None, j_ci: tuple | None = None) -> tuple[str, str]:
     """(``"stop"`` or ``"guard"``, the reason) for Algorithm 1's start of every problem.
 
     ``j_hat``: the labeled J-hat (NaN or None: undefined, a class absent); ``check``: the calibration check
     (a ``CalibrationCheck`` or its ``as_dict()``), or None where there is no labeled probe to check against,
-    in which case the mode rests on J-hat alone (the paper's line 1) and the reason says so."""
+    in which case the mode rests on J-hat alone (the paper's line 1) and the reason says so. ``j_ci``: the J
+    test's confidence interval, named in the reason when given."""
     if j_hat is None or math.isnan(j_hat):
         return "guard", "labeled J diagnostic undefined (a class is absent): Guard mode"
+    ci = f" (95% CI {j_ci[0]:.3f}..{j_ci[1]:.3f})" if j_ci is not None else ""
     if j_hat < j_min:
-        return "guard", (f"labeled J-hat {j_hat:.3f} below J_min {j_min:g}: the votes barely separate valid from "
-                         "invalid plans: Guard mode (keep-best, Eq. 9)")
+        return "guard", (f"labeled J-hat {j_hat:.3f}{ci} below J_min {j_min:g}: the votes barely separate valid "
+                         "from invalid plans: Guard mode (keep-best, Eq. 9)")
     if check is None:
-        return "stop", (f"labeled J-hat {j_hat:.3f} >= J_min {j_min:g}; no calibration check (no labeled probe): "
-                        "Stop mode (Algorithm 1 line 1)")
+        return "stop", (f"labeled J-hat {j_hat:.3f}{ci} >= J_min {j_min:g}; no calibration check (no labeled "
+                        "probe): Stop mode (Algorithm 1 line 1)")
     passed = check["passed"] if isinstance(check, dict) else check.passed
     reason = check["reason"] if isinstance(check, dict) else check.reason
     if not passed:
         return "guard", f"calibration check rejects ({reason}): Guard mode"
-    return "stop", f"labeled J-hat {j_hat:.3f} >= J_min {j_min:g} and the calibration check passes: Stop mode"
+    return "stop", f"labeled J-hat {j_hat:.3f}{ci} >= J_min {j_min:g} and the calibration check passes: Stop mode"

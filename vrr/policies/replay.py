@@ -165,36 +165,39 @@ def fold_check(setting: Setting, cf: CrossFit, fold: int | None, config: ReplayC
                              em_restarts=opts.em_restarts, em_tol=opts.em_tol, em_max_iter=opts.em_max_iter).as_dict()
 
 
+def fold_parameter_draws(setting: Setting, cf: CrossFit, fold: int | None, config: ReplayConfig,
+                         point=None) -> dict[str, np.ndarray]:
+    """The bootstrap draws behind B_k for one fold's calibration sample, {name: [B]}
+    (:func:`vrr.calibration.gain_radius.parameter_draws` of the fold's training instances with the fold's fit as
+    the point; ``fold=None``: all instances, ``point`` their fit). Replay's per-instance draws and the online
+    controller's are these."""
+    from ..calibration.gain_radius import parameter_draws
+
+    train = np.ones(setting.S.shape[0], dtype=bool) if fold is None else cf.folds != fold
+    return parameter_draws(setting.S[train], setting.y[train], setting.M, seed=config.seed + (0 if fold is None else fold),
+                           method=config.method, vote_rounds=config.vote_rounds, max_pairs=config.max_pairs,
+                           options=config.estimator, point=cf.fits[fold] if fold is not None else point,
+                           **probe_kwargs(setting, config))
+
+
 def algorithm1_inputs(setting: Setting, cf: CrossFit, config: ReplayConfig) -> dict:
     """What Algorithm 1 needs besides the point estimates, per instance under cross-fitting: G-hat and the
     bootstrap error radii above and below G-hat (``g_hat``, ``radius``, ``radius_low``, [N, K+1];
-    ``vrr.calibration.gain_radius``), each fold's
-    J-hat and calibration check (``j_per_fold``, ``checks``), the mode and its reason per fold
-    (``modes``; :func:`vrr.policies.mode.algorithm1_mode`) and per instance (``stop_mode``); for the methods
-    without the probe also the bootstrap parameter box (``intervals``) that the online controller's radius grid
-    reads."""
-    from ..calibration.gain_radius import bootstrap_radius, crossfit_parameter_draws
+    ``vrr.calibration.gain_radius``) from the folds' parameter draws (``draws``, {name: [B, N]},
+    :func:`fold_parameter_draws`), each fold's J-hat and calibration check (``j_per_fold``, ``checks``), the mode
+    and its reason per fold (``modes``; :func:`vrr.policies.mode.algorithm1_mode`) and per instance
+    (``stop_mode``)."""
+    from ..calibration.gain_radius import bootstrap_radius, instance_draws
 
-    S, y, M = setting.S, setting.y, setting.M
-    draws = crossfit_parameter_draws(cf, S, y, M, seed=config.seed, method=config.method,
-                                     vote_rounds=config.vote_rounds, max_pairs=config.max_pairs,
-                                     options=config.estimator, **probe_kwargs(setting, config))
+    S, M = setting.S, setting.M
+    draws = instance_draws(cf.folds, [fold_parameter_draws(setting, cf, f, config) for f in range(len(cf.fits))])
     g_hat, radius_low, radius = bootstrap_radius(S, M, cf.as_kwargs(), draws, config.eta)
     diags = [j_diagnostic(setting, cf.folds, f, config) for f in range(config.n_folds)]
     checks = [fold_check(setting, cf, f, config) for f in range(config.n_folds)]
     modes = [algorithm1_mode(j, config.j_min, c) for j, c in zip(diags, checks)]
     stop_mode = np.array([m == "stop" for m, _ in modes])[cf.folds]
-    out = {"g_hat": g_hat, "radius": radius, "radius_low": radius_low, "stop_mode": stop_mode, "j_per_fold": diags,
-           "checks": checks, "modes": modes}
-    if config.method not in PROBE_METHODS:
-        # the parameter box whose grid the online controller's B_k searches (controller_parameters); with the
-        # probe methods its bootstrap would rerun the check per replicate, and nothing here reads it
-        from ..calibration.identifiability import crossfit_intervals
-
-        out["intervals"] = crossfit_intervals(cf, config.eta, S=S, y=y, M=M, seed=config.seed, method=config.method,
-                                              vote_rounds=config.vote_rounds, max_pairs=config.max_pairs,
-                                              options=config.estimator, **probe_kwargs(setting, config))
-    return out
+    return {"g_hat": g_hat, "radius": radius, "radius_low": radius_low, "stop_mode": stop_mode, "j_per_fold": diags,
+            "checks": checks, "modes": modes, "draws": draws}
 
 
 LABEL_FREE = "VRR-Stop (label-free EM)"
@@ -349,24 +352,23 @@ def controller_parameters(path: str | os.PathLike, fold: int | None = None, arra
                           policy: str = "algorithm1", **options) -> dict:
     """Keyword arguments of ``OnlineController`` from a saved calibration (Sec. 4.2; Algorithm 1 inputs).
 
-    ``fold``: that cross-fit fold's parameters, bootstrap box and J-hat (exactly what replay uses for the
-    fold's instances); ``None``: refit on all calibration instances with the saved config (deployment).
-    ``arrays``: a ``Setting`` or the path of its ``arrays.npz`` (default: the file the calibration names
-    in ``arrays_path``, looked up as given and under the repository). Without arrays (``arrays=False`` or
-    none found) only ``fold`` works, B_k's box is the Clopper-Pearson box of the saved counts and J-hat
-    the saved probe diagnostic. ``options`` override the saved config (``delta``, ``tau``, ``j_min``,
-    ``eta``) or pass through to the controller (``M``, ``k_max``, ``intervals``, ``j_hat``, ...).
+    ``fold``: that cross-fit fold's parameters, bootstrap draws behind B_k (:func:`fold_parameter_draws`), J-hat
+    and calibration check (:func:`fold_check`), exactly what replay uses for the fold's instances; ``None``:
+    refit on all calibration instances with the saved config (deployment). ``arrays``: a ``Setting`` or the path
+    of its ``arrays.npz`` (default: the file the calibration names in ``arrays_path``, looked up as given and
+    under the repository). Without arrays (``arrays=False`` or none found) only ``fold`` works, J-hat is the saved
+    probe diagnostic, the check the fold's saved one, and Algorithm 1 needs its ``draws`` given (they resample
+    the calibration instances). ``options`` override the saved config (``delta``, ``tau``, ``j_min``, ``eta``)
+    or pass through to the controller (``M``, ``k_max``, ``draws``, ``j_hat``, ...).
     """
     from ..calibration.estimators import calibrate
-    from ..calibration.identifiability import bootstrap_intervals, parameter_intervals
     from ..common.paths import REPO_ROOT
     from ..data.contract import load_setting
 
     path = Path(path)
     cf, config = load_calibration(path)
     saved = read_json(path)
-    eta = options.pop("eta", config.eta)
-    config = config.with_policy(**{k: options.pop(k) for k in ("delta", "tau", "j_min") if k in options})
+    config = config.with_policy(**{k: options.pop(k) for k in ("delta", "tau", "j_min", "eta") if k in options})
     setting = arrays if isinstance(arrays, Setting) else None
     if setting is None and arrays is not False:
         candidates = [Path(arrays)] if arrays is not None else (
@@ -380,36 +382,41 @@ def controller_parameters(path: str | os.PathLike, fold: int | None = None, arra
     if setting is not None and setting.S.shape[0] != cf.folds.size:
         raise ValueError(f"{path}: field 'crossfit.folds': {cf.folds.size} instances, the arrays have "
                          f"{setting.S.shape[0]}")
-    out = {"policy": policy, "delta": config.delta, "tau": config.tau, "j_min": config.j_min,
+    out = {"policy": policy, "delta": config.delta, "tau": config.tau, "j_min": config.j_min, "eta": config.eta,
            "source": str(path) if fold is None else f"{path} (fold {fold})"}
+    wants_mode = policy == "algorithm1" and "stop_mode" not in options
     if setting is not None:
         out.update(M=setting.M, k_max=setting.k_max)
-        train = np.ones(cf.folds.size, dtype=bool) if fold is None else cf.folds != fold
-        kwargs = dict(method=config.method, vote_rounds=config.vote_rounds, max_pairs=config.max_pairs,
-                      options=config.estimator, **probe_kwargs(setting, config))
         if fold is None:
-            fit = calibrate(setting.S, setting.y, setting.M, seed=config.seed, **kwargs)
+            fit = calibrate(setting.S, setting.y, setting.M, seed=config.seed, method=config.method,
+                            vote_rounds=config.vote_rounds, max_pairs=config.max_pairs, options=config.estimator,
+                            **probe_kwargs(setting, config))
         else:
             fit = cf.fits[fold]
         out.update(fit.params.as_dict())
-        if policy == "algorithm1" and "intervals" not in options:
-            out["intervals"] = bootstrap_intervals(setting.S[train], setting.y[train], setting.M, eta=eta,
-                                                   seed=config.seed + (0 if fold is None else fold), **kwargs)
-        if policy == "algorithm1" and "j_hat" not in options and "stop_mode" not in options:
+        if policy == "algorithm1" and "draws" not in options:
+            draws = fold_parameter_draws(setting, cf, fold, config, point=fit)
+            out["draws"] = {name: [float(v) for v in d] for name, d in draws.items()}
+        if wants_mode and "j_hat" not in options:
             out["j_hat"] = j_diagnostic(setting, cf.folds, fold, config)
+        if wants_mode and "check" not in options:
+            out["check"] = fit.check if fit.check is not None else fold_check(setting, cf, fold, config)
     else:
         if fold is None:
             raise ValueError(f"{path}: field 'arrays_path': refitting on all instances needs the setting's "
                              "arrays; pass arrays=... or fold=<i> to use one cross-fit fold")
         fit = cf.fits[fold]
         out.update(fit.params.as_dict())
-        if policy == "algorithm1" and "intervals" not in options:
-            out["intervals"] = parameter_intervals(fit, eta)
-        if policy == "algorithm1" and "j_hat" not in options and "stop_mode" not in options:
+        if policy == "algorithm1" and "draws" not in options:
+            raise ValueError(f"{path}: field 'arrays_path': Algorithm 1's error radius B_k resamples the "
+                             "calibration instances; pass the arrays, draws=..., or policy='vrr_stop'")
+        if wants_mode and "j_hat" not in options:
             probe = saved.get("probe") or {}
             if "j_hat" not in probe:
                 raise ValueError(f"{path}: field 'probe.j_hat': no saved J diagnostic; pass the arrays or j_hat")
             out["j_hat"] = float(probe["j_hat"])
+        if wants_mode and "check" not in options:
+            out["check"] = fit.check
     out.update(options)
     for name in ("M", "k_max"):
         if name not in out:

@@ -94,8 +94,9 @@ def fold_controllers(setting, calibration, config, policy: str, alg_inputs: dict
                      **options) -> list[OnlineController]:
     """One controller per cross-fit fold with exactly the parameters replay gives the fold's instances
     (``calibration``: the ``CrossFit``; ``config``: its ``ReplayConfig``). Algorithm 1 also takes the fold's
-    bootstrap box and J_min switch (``alg_inputs``: :func:`vrr.policies.replay.algorithm1_inputs`, computed
-    here when not given). ``options`` go to the controllers (``sequential``, ``error_rate``, ...)."""
+    parameter draws behind B_k, its J-hat and calibration check (``alg_inputs``:
+    :func:`vrr.policies.replay.algorithm1_inputs`, computed here when not given). ``options`` go to the
+    controllers (``sequential``, ``error_rate``, ...)."""
     from .replay import algorithm1_inputs
 
     if policy == "algorithm1" and alg_inputs is None:
@@ -106,8 +107,8 @@ def fold_controllers(setting, calibration, config, policy: str, alg_inputs: dict
                       tau=config.tau, source=f"{setting.name} fold {f}")
         if policy == "algorithm1":
             first = int(np.flatnonzero(calibration.folds == f)[0])
-            params["intervals"] = {name: (float(lo[first]), float(hi[first]))
-                                   for name, (lo, hi) in alg_inputs["intervals"].items()}
-            params["j_hat"], params["j_min"] = float(alg_inputs["j_per_fold"][f]), config.j_min
+            params["draws"] = {name: d[:, first].tolist() for name, d in alg_inputs["draws"].items()}
+            params.update(eta=config.eta, j_hat=float(alg_inputs["j_per_fold"][f]), j_min=config.j_min,
+                          check=alg_inputs["checks"][f])
         out.append(OnlineController.from_parameters(**dict(params, **options)))
     return out

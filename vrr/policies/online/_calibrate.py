@@ -3,9 +3,10 @@
 
 * :func:`calibrate_labeled` (``OnlineController.from_labeled``): rho0, rho1 by labeled MLE on the first
   plans' votes, pi the plans' validity rate, alpha, beta the frequencies of labeled repair pairs
-  (``transition_rates``; ``defined_rate`` where a frequency sits on the boundary), the parameter box of
-  Algorithm 1 (``parameter_intervals``: Clopper-Pearson on the labeled counts, Bonferroni over the five)
-  and the labeled J test (``labeled_j_diagnostic``), whose J-hat against J_min picks Stop or Guard.
+  (``transition_rates``; ``defined_rate`` where a frequency sits on the boundary), the labeled J test
+  (``labeled_j_diagnostic``) and the calibration check (``vrr.calibration.check``, the labeled plans serving as
+  both its samples), which pick Stop or Guard (``vrr.policies.mode.algorithm1_mode``), and the bootstrap draws
+  behind Algorithm 1's error radius (``gain_radius.labeled_parameter_draws``, :func:`report_draws`).
 * :func:`calibrate_unlabeled` (``OnlineController.from_unlabeled``): rho0, rho1, pi from the
   binomial-mixture EM on unlabeled accept counts; alpha, beta from labeled repair pairs.
 * Repair pairs given with their round, ``(before, after, t)``, also give alpha_t, beta_t (VRR-Stop-t,
@@ -25,9 +26,11 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ...calibration.estimators import (Calibration, binomial_mixture_em, defined_rate, labeled_mle,
+from ...calibration.estimators import (MIN_VOTES, binomial_mixture_em, defined_rate, labeled_mle,
                                        transition_rates)
-from ...calibration.identifiability import PARAM_NAMES, labeled_j_diagnostic, parameter_intervals
+from ...calibration.check import calibration_check, check_summary_line
+from ...calibration.gain_radius import labeled_parameter_draws
+from ...calibration.identifiability import PARAM_NAMES, labeled_j_diagnostic
 from ...calibration.round_dynamics import shrinkage_strength, shrunk_rate
 from ...core.model import NoiseParams
 from ._modes import planned_mode
@@ -45,9 +48,12 @@ class CalibrationReport:
 
     ``mode`` is ``"stop"`` or ``"guard"``, the mode the controller built from this report starts each
     problem in, and ``reason`` says why: both come from ``vrr.policies.online.planned_mode`` (for
-    Algorithm 1, Stop when J-hat >= J_min, line 1), the function the controller itself uses. ``j_hat``, ``j_ci``, ``j_p_value``: the labeled J test (None for a label-free calibration).
-    ``intervals``: the box behind B_k. ``round_rates``: alpha_t, beta_t when the repair pairs carried their
-    rounds. ``data``: what the file stores and the estimates are fit from.
+    Algorithm 1, ``vrr.policies.mode.algorithm1_mode``: Stop when J-hat >= J_min and the calibration check
+    passes, the definition replay uses), the function the controller itself uses. ``j_hat``, ``j_ci``,
+    ``j_p_value``: the labeled J test (None for a label-free calibration). ``check``: the calibration check
+    (``CalibrationCheck.as_dict``; None without labels, or with M below the label-free EM's minimum).
+    ``round_rates``: alpha_t, beta_t when the repair pairs carried their rounds. ``data``: what the file stores
+    and the estimates are fit from (B_k's draws too, :func:`report_draws`).
     """
 
     rho0: float
@@ -69,7 +75,7 @@ class CalibrationReport:
     j_min: float
     eta: float
     seed: int
-    intervals: dict = field(default_factory=dict)
+    check: dict | None = None
     rules: dict = field(default_factory=dict)
     round_rates: dict | None = None
     data: dict = field(default_factory=dict)
@@ -101,6 +107,15 @@ class CalibrationReport:
     @property
     def parameters(self) -> dict:
         return {name: getattr(self, name) for name in PARAM_NAMES}
+
+    def summary(self) -> str:
+        """The report in a few lines: the estimates, the mode with its reason and the calibration check."""
+        est = ", ".join(f"{name} {getattr(self, name):.3f}" for name in PARAM_NAMES)
+        lines = [f"{self.method} on {self.n_plans} plans and {self.n_repairs} repair pairs (M = {self.M}): {est}",
+                 f"mode: {self.mode} ({self.reason})"]
+        if self.check is not None:
+            lines.append(check_summary_line(self.check))
+        return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- input checks
@@ -220,7 +235,6 @@ def fit_report(data: dict, *, M: int, k_max: int, policy: str, j_min: float, eta
         S = np.repeat(levels, data["accept_histogram"])
         fit = binomial_mixture_em(S, M, seed=seed)
         rho0, rho1, pi, rules = fit.rho0, fit.rho1, fit.weight_valid, {"rho0": "fit", "rho1": "fit", "pi": "fit"}
-        n_pi_valid, n_pi = int(round(fit.weight_valid * S.size)), int(S.size)
         diag, method = None, "binomial_em"
     else:
         hv, hi = data["accept_histogram_valid"], data["accept_histogram_invalid"]
@@ -231,14 +245,15 @@ def fit_report(data: dict, *, M: int, k_max: int, policy: str, j_min: float, eta
                              f"first plans (rho0, rho1 and the J test), got {int(sum(hv))} valid, {int(sum(hi))} invalid")
         fit = labeled_mle(S, y, M)
         rho0, rho1 = fit.rho0, fit.rho1
-        n_pi_valid, n_pi = int(sum(hv)), int(S.size)
-        pi, pi_rule = defined_rate(n_pi_valid, n_pi, unsafe=(0.0, 1.0))
+        pi, pi_rule = defined_rate(int(sum(hv)), int(S.size), unsafe=(0.0, 1.0))
         rules = {"rho0": "labeled_mle", "rho1": "labeled_mle", "pi": pi_rule}
         diag, method = labeled_j_diagnostic(S, y, M, seed=seed), "labeled_mle"
     rules.update(alpha=alpha_rule, beta=beta_rule)
     params = NoiseParams(rho0=float(rho0), rho1=float(rho1), alpha=float(alpha), beta=float(beta), pi=float(pi))
-    cal = Calibration(params=params, votes=fit, transitions=trans, n_pi_valid=n_pi_valid, n_pi=n_pi, M=M, rules=rules)
-    box = {k: [float(lo), float(hi)] for k, (lo, hi) in parameter_intervals(cal, eta).items()}
+    check = None
+    if diag is not None and M >= MIN_VOTES["binomial_em"]:
+        # the labeled plans serve as both samples: the EM reads their votes unlabeled, the labeled fit their labels
+        check = calibration_check(S, M, S, y, M, level=0.05, seed=seed).as_dict()
     if diag is None:
         if policy == "algorithm1":
             raise ValueError(f"{source}: field 'policy': a label-free calibration has no labeled J test, so "
@@ -247,7 +262,7 @@ def fit_report(data: dict, *, M: int, k_max: int, policy: str, j_min: float, eta
         j_hat = j_ci = j_p = None
     else:
         j_hat, j_ci, j_p = diag.j_hat, (diag.ci_low, diag.ci_high), diag.p_value
-    mode, reason = planned_mode(policy, j_hat, j_min, j_ci=j_ci)
+    mode, reason = planned_mode(policy, j_hat, j_min, j_ci=j_ci, check=check)
     rounds = None
     if rep["per_round"] and k_max > 0:
         kappa_a = shrinkage_strength(rep["fixed"], rep["invalid_before"], alpha)
@@ -259,7 +274,27 @@ def fit_report(data: dict, *, M: int, k_max: int, policy: str, j_min: float, eta
         rho0=params.rho0, rho1=params.rho1, alpha=params.alpha, beta=params.beta, pi=params.pi, j_hat=j_hat,
         j_ci=j_ci, j_p_value=j_p, mode=mode, reason=reason, n_plans=int(S.size), n_repairs=n_repairs, M=M,
         k_max=k_max, method=method, policy=policy, j_min=float(j_min), eta=float(eta), seed=int(seed),
-        intervals=box, rules=rules, round_rates=rounds, data=json.loads(json.dumps(data)))
+        check=None if check is None else json.loads(json.dumps(check)), rules=rules, round_rates=rounds,
+        data=json.loads(json.dumps(data)))
+
+
+def report_draws(report: CalibrationReport, source: str) -> dict:
+    """The bootstrap draws behind Algorithm 1's error radius B_k from the report's labeled data
+    (``gain_radius.labeled_parameter_draws``: the labeled plans and the round-0 repair pairs resampled, seeded
+    by the report's seed), {name: [B]}."""
+    data = report.data
+    if "accept_histogram_valid" not in data:
+        raise ValueError(f"{source}: field 'draws': Algorithm 1's error radius resamples labeled plans; a "
+                         "label-free calibration has none: pass draws=..., or policy='vrr_stop'")
+    levels = np.arange(report.M + 1)
+    hv, hi = data["accept_histogram_valid"], data["accept_histogram_invalid"]
+    S = np.r_[np.repeat(levels, hi), np.repeat(levels, hv)]
+    y = np.r_[np.zeros(int(sum(hi)), int), np.ones(int(sum(hv)), int)]
+    rep = data["repairs"]
+    before, after = _pairs(*(int(rep[k][0]) for k in ("fixed", "invalid_before", "broken", "valid_before")))
+    # every pair, as the point estimates alpha-hat, beta-hat use
+    draws = labeled_parameter_draws(S, y, report.M, before, after, seed=report.seed, max_pairs=None)
+    return {name: [float(v) for v in draws[name]] for name in PARAM_NAMES}
 
 
 def controller_arguments(report: CalibrationReport, policy: str | None, round_dynamics: bool, source: str,
@@ -276,14 +311,17 @@ def controller_arguments(report: CalibrationReport, policy: str | None, round_dy
         alpha, beta = report.round_rates["alpha"], report.round_rates["beta"]
     kwargs = dict(M=report.M, k_max=report.k_max, rho0=report.rho0, rho1=report.rho1, alpha=alpha, beta=beta,
                   pi=report.pi, policy=policy, j_min=report.j_min, source=source)
+    if policy == "algorithm1" and "draws" not in options:
+        kwargs["draws"] = report_draws(report, source)
     if policy == "algorithm1":
-        kwargs["intervals"] = report.intervals
+        kwargs["eta"] = report.eta
+    kwargs["check"] = report.check
     if report.j_hat is not None:   # Algorithm 1's mode; under VRR-Stop / VRR-Guard its reason names the J test
         kwargs["j_hat"] = report.j_hat
     kwargs.update(options)
     # the report states what will run: the mode of the policy and J inputs the controller gets
     mode, reason = planned_mode(policy, kwargs.get("j_hat"), kwargs["j_min"], kwargs.get("stop_mode"),
-                                j_ci=report.j_ci)
+                                j_ci=report.j_ci, check=kwargs.get("check"))
     if (policy, mode, reason, kwargs["j_min"]) != (report.policy, report.mode, report.reason, report.j_min):
         report = dataclasses.replace(report, policy=policy, mode=mode, reason=reason, j_min=float(kwargs["j_min"]))
     if report.j_hat is not None and not math.isnan(report.j_hat) and policy != "algorithm1" and (

@@ -141,7 +141,7 @@ def _compare(fitted, stored, source: str, where: str, skip=frozenset()) -> None:
             _compare(a, b, source, f"{where}[{i}]")
         return
     if isinstance(fitted, float) and isinstance(stored, (int, float)) and not isinstance(stored, bool):
-        if math.isclose(fitted, stored, rel_tol=1e-9, abs_tol=1e-12):
+        if math.isclose(fitted, stored, rel_tol=1e-9, abs_tol=1e-12) or (math.isnan(fitted) and math.isnan(stored)):
             return
     elif fitted == stored and type(fitted) is type(stored):
         return

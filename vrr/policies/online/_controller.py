@@ -43,14 +43,14 @@ class OnlineController(Constructors):
 
     def __init__(self, *, M: int, k_max: int, rho0: float, rho1: float, alpha, beta, pi: float,
                  policy: str | None = None, delta: int | None = None, tau: float | None = None,
-                 repair_cost: float | None = None, value: float = 1.0, intervals: dict | None = None,
-                 j_hat: float | None = None, j_min: float = 0.10, stop_mode: bool | None = None, grid: int = 5,
-                 sequential: str = "off", error_rate: float = 0.01, budget_calls: int | None = None,
+                 repair_cost: float | None = None, value: float = 1.0, draws: dict | None = None, eta: float = 0.05,
+                 j_hat: float | None = None, j_min: float = 0.10, check: dict | None = None,
+                 stop_mode: bool | None = None, sequential: str = "off", error_rate: float = 0.01, budget_calls: int | None = None,
                  budget_tokens: int | None = None, source: str = "parameters"):
         self._cfg = controller_config(
             M=M, k_max=k_max, rho0=rho0, rho1=rho1, alpha=alpha, beta=beta, pi=pi, policy=policy, delta=delta,
-            tau=tau, repair_cost=repair_cost, value=value, intervals=intervals, j_hat=j_hat, j_min=j_min,
-            stop_mode=stop_mode, grid=grid, sequential=sequential, error_rate=error_rate,
+            tau=tau, repair_cost=repair_cost, value=value, draws=draws, eta=eta, j_hat=j_hat, j_min=j_min,
+            check=check, stop_mode=stop_mode, sequential=sequential, error_rate=error_rate,
             budget_calls=budget_calls, budget_tokens=budget_tokens, source=source)
         self.calibration_report = None   # set by from_labeled / from_unlabeled / from_calibration
         self._critical = None            # VRR-Stop's breakpoints per round (future-aware curtailment), lazily
@@ -120,7 +120,8 @@ class OnlineController(Constructors):
         self._round = 0
         self._prior = c["pi"]
         self._prior_grid = None if self._grid is None else self._grid["pi"].copy()
-        self._mode, self._reason = planned_mode(c["policy"], c["j_hat"], c["j_min"], c["stop_mode"], j_ci=ci)
+        self._mode, self._reason = planned_mode(c["policy"], c["j_hat"], c["j_min"], c["stop_mode"], j_ci=ci,
+                                                check=c["check"])
         self._incumbent: int | None = None
         self._incumbent_votes: int | None = None
         self._best_round: int | None = None     # the judged plan with the highest posterior (budget commit)
@@ -239,7 +240,7 @@ class OnlineController(Constructors):
             raise ValueError(f"round {k}: {n} of M={c['M']} votes do not decide the round yet; send more votes "
                              "while need_vote() is True (add_vote), then call decide()")
         mode_now = self._mode
-        b, g, radius, b_grid = self._current().evaluate(s, n)
+        b, g, radius, radius_low, b_grid = self._current().evaluate(s, n)
         best = best_with(self._best_round, self._best_belief, k, b) if n > 0 else (
             None if self._best_round is None else (self._best_round, self._best_belief))
         if step is None:
@@ -256,7 +257,7 @@ class OnlineController(Constructors):
             self._repair_calls += 1
         decision = Decision(step.action, k, int(step.candidate), b, g, radius, step.mode, step.reason, s, n,
                             self._verifier_calls, self._repair_calls,
-                            None if self._votes_without_tokens else self._tokens)
+                            None if self._votes_without_tokens else self._tokens, radius_low)
         if step.action == "commit":
             self._done = True
         else:

@@ -172,11 +172,11 @@ def sprt(rnd: Round, s: int, n: int, steps: dict) -> Step | None:
     bound = math.log(1.0 / c["error_rate"])
     if -bound < llr < bound or math.isnan(llr):
         return None
-    _, g, radius, _ = rnd.evaluate(s, n)
+    _, g, radius, radius_low, _ = rnd.evaluate(s, n)
     if c["policy"] == "vrr_stop":
         commit, unidentifiable = stop_commits(g, repair_rates(c, rnd.k)[0], c["tau"]), False
     else:
-        commit, unidentifiable = algorithm1_step(g, radius, c["tau"])
+        commit, unidentifiable = algorithm1_step(g, radius, c["tau"], radius_low=radius_low)
     first = next(iter(steps.values()))
     k = rnd.k
     if llr >= bound and commit:

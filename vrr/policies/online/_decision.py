@@ -14,8 +14,9 @@ class Decision:
     * ``candidate``: round index of the plan to return: on commit the committed plan (Guard's keep-best
       incumbent, Eq. 9, where it applies, and whenever the budget ran out); on repair the plan the policy
       would return if the loop had to stop now;
-    * ``belief`` b_k (Eq. 5), ``gain`` G-hat_k (Eq. 6), ``radius`` B_k (App. A; NaN where the policy uses
-      none); in sequential mode they are computed from the votes actually received this round;
+    * ``belief`` b_k (Eq. 5), ``gain`` G-hat_k (Eq. 6), ``radius`` B_k^+ and ``radius_low`` B_k^-, the error
+      radii above and below G-hat_k (App. A; ``vrr.calibration.gain_radius``; NaN where the policy uses none);
+      in sequential mode they are computed from the votes actually received this round;
     * ``mode``: ``"stop"`` or ``"guard"`` after this round, ``reason``: why (J diagnostic, Eq. 8, budget);
     * ``accepts`` / ``votes``: accepting votes and votes received this round;
     * ``verifier_calls`` / ``repair_calls``: totals for this problem so far (a repair decision counts the
@@ -36,6 +37,7 @@ class Decision:
     verifier_calls: int
     repair_calls: int
     tokens: int | None = 0
+    radius_low: float = float("nan")
 
     @property
     def committed(self) -> bool:

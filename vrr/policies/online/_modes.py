@@ -8,8 +8,6 @@ while the controller runs another.
 """
 from __future__ import annotations
 
-import math
-
 POLICIES = ("algorithm1", "vrr_stop", "vrr_guard")
 # Eq. 9's retention margin: the paper's replay-tuned delta = 5 at M = 8 (App. I). Left out, delta keeps that
 # share of a round's votes, ceil(5 M / 8): with delta = 5 at M <= 4 no later plan could ever replace p_0.
@@ -23,29 +21,27 @@ def default_delta(M: int) -> int:
 
 
 def planned_mode(policy: str, j_hat: float | None = None, j_min: float = 0.10, stop_mode: bool | None = None,
-                 j_ci: tuple | None = None) -> tuple[str, str]:
+                 j_ci: tuple | None = None, check=None) -> tuple[str, str]:
     """The mode a controller starts each problem in, and why: the one definition behind the controller's
     first decision and every calibration report (``CalibrationReport.mode`` / ``reason``).
 
-    ``"vrr_stop"``: Stop (Sec. 4.1); ``"vrr_guard"``: Guard (Sec. 4.3); ``"algorithm1"``: Stop when the
-    labeled J-hat >= J_min, else Guard (Algorithm 1 line 1), or the given ``stop_mode``. Under VRR-Stop or
-    VRR-Guard a J-hat that would have chosen the other mode is named in the reason.
+    ``"vrr_stop"``: Stop (Sec. 4.1); ``"vrr_guard"``: Guard (Sec. 4.3); ``"algorithm1"``: the given
+    ``stop_mode``, else :func:`vrr.policies.mode.algorithm1_mode` (Stop when the labeled J-hat >= J_min and the
+    calibration ``check`` passes or there is none, Algorithm 1 line 1), the definition replay uses. Under
+    VRR-Stop or VRR-Guard a J diagnostic and check that would have chosen the other mode are named in the reason.
     """
-    ci = f" (95% CI {j_ci[0]:.3f}..{j_ci[1]:.3f})" if j_ci is not None else ""
-    j_says = None
-    if j_hat is not None and not math.isnan(j_hat):
-        j_says = "stop" if j_hat >= j_min else "guard"
+    from ..mode import algorithm1_mode
+
+    would, why = (None, "") if j_hat is None else algorithm1_mode(j_hat, j_min, check, j_ci=j_ci)
     if policy == "vrr_stop":
         reason = "VRR-Stop (Sec. 4.1): commit when G-hat_k <= tau"
-        if j_says == "guard":
-            reason += (f"; policy 'vrr_stop' as asked, although the labeled J-hat {j_hat:.3f}{ci} is below J_min "
-                       f"{j_min:g}, for which Algorithm 1 would choose Guard mode")
+        if would == "guard":
+            reason += f"; policy 'vrr_stop' as asked, although the {why} (Algorithm 1's mode)"
         return "stop", reason
     if policy == "vrr_guard":
         reason = "VRR-Guard (Sec. 4.3): full budget, keep-best incumbent (Eq. 9)"
-        if j_says == "stop":
-            reason += (f"; policy 'vrr_guard' as asked, although the labeled J-hat {j_hat:.3f}{ci} >= J_min "
-                       f"{j_min:g}, for which Algorithm 1 would choose Stop mode")
+        if would == "stop":
+            reason += f"; policy 'vrr_guard' as asked, although the {why} (Algorithm 1's mode)"
         return "guard", reason
     if policy != "algorithm1":
         raise ValueError(f"field 'policy': {policy!r} is not one of {POLICIES}")
@@ -54,9 +50,4 @@ def planned_mode(policy: str, j_hat: float | None = None, j_min: float = 0.10, s
     if j_hat is None:
         raise ValueError("field 'j_hat': Algorithm 1 chooses its mode from the labeled J diagnostic; give j_hat "
                          "(or stop_mode), or pass policy='vrr_stop'")
-    if math.isnan(j_hat):
-        return "guard", "labeled J diagnostic undefined (a class is absent): Guard mode"
-    if j_hat >= j_min:
-        return "stop", f"labeled J-hat {j_hat:.3f}{ci} >= J_min {j_min:g}: Stop mode (Algorithm 1 line 1)"
-    return "guard", (f"labeled J-hat {j_hat:.3f}{ci} below J_min {j_min:g}: the votes barely separate valid from "
-                     "invalid plans, so calibrated stopping is not trustworthy: Guard mode (keep-best, Eq. 9)")
+    return would, why

@@ -4,8 +4,8 @@ box behind B_k and the labeled J diagnostic of Algorithm 1 line 1), sequential v
 
 :func:`controller_config` turns the keyword arguments into the JSON-ready config the controller keeps (and
 saves, ``CONFIG_FIELDS``); every refusal names the source and the field. :func:`repair_rates` reads alpha,
-beta of one round (stationary, or VRR-Stop-t's alpha_t, beta_t) and :func:`radius_points` the grid of the
-parameter box that B_k searches.
+beta of one round (stationary, or VRR-Stop-t's alpha_t, beta_t) and :func:`radius_points` the parameter
+draws whose gains give B_k.
 """
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ import math
 
 import numpy as np
 
-from ...calibration.identifiability import PARAM_NAMES, radius_grid
+from ...calibration.gain_radius import PARAM_NAMES
 from ._budget import tau_for_cost
 from ._checks import integer_field, number_field, unit_field
 from ._modes import POLICIES, default_delta
 
 SEQUENTIAL = ("off", "exact", "predictive", "sprt")
 CONFIG_FIELDS = ("M", "k_max", "rho0", "rho1", "alpha", "beta", "pi", "policy", "delta", "tau", "repair_cost",
-                 "value", "intervals", "j_hat", "j_min", "stop_mode", "grid", "sequential", "error_rate",
+                 "value", "draws", "eta", "j_hat", "j_min", "check", "stop_mode", "sequential", "error_rate",
                  "budget_calls", "budget_tokens", "source")
 
 
@@ -53,16 +53,16 @@ def _rate(value, k_max: int, source: str, name: str):
     return unit_field(value, source, name)
 
 
-def _choose_policy(policy, intervals, j_hat, stop_mode, src: str) -> str:
+def _choose_policy(policy, draws, j_hat, stop_mode, src: str) -> str:
     """The policy left out: Algorithm 1 with its inputs, VRR-Stop from the point estimates alone."""
     if policy is not None:
         return policy
-    has_box, has_j = intervals is not None, j_hat is not None or stop_mode is not None
-    if has_box and has_j:
+    has_draws, has_j = draws is not None, j_hat is not None or stop_mode is not None
+    if has_draws and has_j:
         return "algorithm1"
-    if not has_box and not has_j:
+    if not has_draws and not has_j:
         return "vrr_stop"
-    missing = "j_hat=... (or stop_mode)" if has_box else "intervals=... (the parameter box behind B_k)"
+    missing = "j_hat=... (or stop_mode)" if has_draws else "draws=... (the parameter draws behind B_k)"
     raise ValueError(f"{src}: field 'policy': not given, and Algorithm 1's inputs are incomplete: "
                      f"policy='algorithm1' needs {missing}; pass policy='vrr_stop' to use the point estimates "
                      "alone or policy='vrr_guard' for keep-best")
@@ -83,34 +83,54 @@ def _j_hat(j_hat, src: str) -> float | None:
     return j_hat
 
 
-def _box(intervals, src: str) -> dict:
-    """The parameter box behind B_k, {name: [lo, hi]} with 0 <= lo <= hi <= 1 for each of PARAM_NAMES."""
-    if not isinstance(intervals, dict):
-        raise ValueError(f"{src}: field 'intervals': expected {{name: (lo, hi)}}, got {intervals!r}")
-    box = {}
+def _draws(draws, src: str) -> dict:
+    """The bootstrap draws behind B_k, {name: [B values in [0, 1]]}, the same B >= 1 for each of PARAM_NAMES."""
+    if not isinstance(draws, dict):
+        raise ValueError(f"{src}: field 'draws': expected {{name: [values]}}, got {type(draws).__name__}")
+    out, size = {}, None
     for name in PARAM_NAMES:
-        if name not in intervals:
-            raise ValueError(f"{src}: field 'intervals.{name}': missing")
-        try:
-            lo, hi = (float(v) for v in intervals[name])
-        except (TypeError, ValueError):
-            raise ValueError(f"{src}: field 'intervals.{name}': expected (lo, hi), "
-                             f"got {intervals[name]!r}") from None
-        if not 0.0 <= lo <= hi <= 1.0:
-            raise ValueError(f"{src}: field 'intervals.{name}': need 0 <= lo <= hi <= 1, got ({lo}, {hi})")
-        box[name] = [lo, hi]
-    return box
+        if name not in draws:
+            raise ValueError(f"{src}: field 'draws.{name}': missing")
+        values = draws[name]
+        if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__") or len(values) == 0:
+            raise ValueError(f"{src}: field 'draws.{name}': expected a non-empty list of values in [0, 1]")
+        row = [unit_field(v, src, f"draws.{name}[{i}]") for i, v in enumerate(values)]
+        if size is not None and len(row) != size:
+            raise ValueError(f"{src}: field 'draws.{name}': {len(row)} draws, the others have {size}")
+        size, out[name] = len(row), row
+    unknown = sorted(set(draws) - set(PARAM_NAMES))
+    if unknown:
+        raise ValueError(f"{src}: field 'draws.{unknown[0]}': unknown (the draws are of {PARAM_NAMES})")
+    return out
 
 
-def controller_config(*, M, k_max, rho0, rho1, alpha, beta, pi, policy, delta, tau, repair_cost, value, intervals,
-                      j_hat, j_min, stop_mode, grid, sequential, error_rate, budget_calls, budget_tokens,
+def _check(check, src: str) -> dict | None:
+    """The calibration check (``vrr.calibration.check``, its ``as_dict()``): None, or an object with ``passed``
+    and ``reason``."""
+    if check is None:
+        return None
+    if hasattr(check, "as_dict"):
+        check = check.as_dict()
+    if not isinstance(check, dict) or not isinstance(check.get("passed"), (bool, np.bool_)) or not isinstance(
+            check.get("reason"), str):
+        raise ValueError(f"{src}: field 'check': expected null or a calibration check with 'passed' (true/false) "
+                         f"and 'reason', got {check!r}")
+    import json
+
+    from ...common.jsonio import json_default
+
+    return json.loads(json.dumps(check, default=json_default))
+
+
+def controller_config(*, M, k_max, rho0, rho1, alpha, beta, pi, policy, delta, tau, repair_cost, value, draws, eta,
+                      j_hat, j_min, check, stop_mode, sequential, error_rate, budget_calls, budget_tokens,
                       source) -> dict:
     """The controller's config from its keyword arguments (``OnlineController`` documents them), checked:
     a bad value raises ValueError naming ``source`` and the field."""
     src = source
     M = integer_field(M, src, "M", "votes per round, an integer >= 1", low=1)
     k_max = integer_field(k_max, src, "k_max", "the repair budget, an integer >= 0", low=0)
-    policy = _choose_policy(policy, intervals, j_hat, stop_mode, src)
+    policy = _choose_policy(policy, draws, j_hat, stop_mode, src)
     if policy not in POLICIES:
         raise ValueError(f"{src}: field 'policy': {policy!r} is not one of {POLICIES}")
     if sequential not in SEQUENTIAL:
@@ -120,7 +140,9 @@ def controller_config(*, M, k_max, rho0, rho1, alpha, beta, pi, policy, delta, t
         raise ValueError(f"{src}: field 'error_rate': expected a number in (0, 1), got {error_rate!r}")
     delta = default_delta(M) if delta is None else integer_field(delta, src, "delta",
                                                                  "the retention margin, an integer")
-    grid = integer_field(grid, src, "grid", "the grid levels of B_k, an integer >= 2", low=2)
+    eta = number_field(eta, src, "eta", "the level of B_k's one-sided bounds, a number in (0, 1)")
+    if not 0.0 < eta < 1.0:
+        raise ValueError(f"{src}: field 'eta': expected a number in (0, 1), got {eta!r}")
     j_min = number_field(j_min, src, "j_min", "a number in [-1, 1]")
     if not -1.0 <= j_min <= 1.0:
         raise ValueError(f"{src}: field 'j_min': expected a number in [-1, 1], got {j_min!r}")
@@ -147,33 +169,33 @@ def controller_config(*, M, k_max, rho0, rho1, alpha, beta, pi, policy, delta, t
            "alpha": _rate(alpha, k_max, src, "alpha"), "beta": _rate(beta, k_max, src, "beta"),
            "pi": unit_field(pi, src, "pi"), "policy": policy, "delta": delta, "tau": tau,
            "repair_cost": None if repair_cost is None else float(repair_cost), "value": value,
-           "intervals": None, "j_hat": j_hat, "j_min": j_min,
-           "stop_mode": None if stop_mode is None else bool(stop_mode), "grid": grid,
+           "draws": None, "eta": eta, "j_hat": j_hat, "j_min": j_min, "check": _check(check, src),
+           "stop_mode": None if stop_mode is None else bool(stop_mode),
            "sequential": sequential, "error_rate": error_rate, "budget_calls": budget_calls,
            "budget_tokens": budget_tokens, "source": str(source)}
     if policy == "algorithm1":
-        if intervals is None:
-            raise ValueError(f"{src}: field 'intervals': Algorithm 1 needs the parameter box behind the error "
-                             f"radius B_k: {{name: (lo, hi)}} for {PARAM_NAMES}; pass policy='vrr_stop' to "
-                             "use the point estimates alone")
+        if draws is None:
+            raise ValueError(f"{src}: field 'draws': Algorithm 1 needs the bootstrap draws of the parameters behind "
+                             f"the error radius B_k: {{name: [values]}} for {PARAM_NAMES} "
+                             "(vrr.calibration.gain_radius.parameter_draws); pass policy='vrr_stop' to use the point "
+                             "estimates alone")
         if isinstance(cfg["alpha"], list) or isinstance(cfg["beta"], list):
             raise ValueError(f"{src}: field 'alpha': Algorithm 1's error radius is defined for stationary "
                              "alpha, beta; per-round rates go with policy='vrr_stop'")
         if stop_mode is None and j_hat is None:
             raise ValueError(f"{src}: field 'j_hat': Algorithm 1 chooses its mode from the labeled J "
                              "diagnostic; give j_hat (or stop_mode), or pass policy='vrr_stop'")
-    if intervals is not None:
-        cfg["intervals"] = _box(intervals, src)
+    if draws is not None:
+        cfg["draws"] = _draws(draws, src)
     return cfg
 
 
 def radius_points(cfg: dict) -> dict | None:
-    """Algorithm 1's grid over the parameter box (``radius_grid``), one array per parameter, for B_k;
-    None for the other policies."""
+    """Algorithm 1's parameter draws, one array [B] per parameter: each draw carries its own belief, and the
+    gains of the draws give B_k (``vrr.calibration.gain_radius.radii_of_draws``); None for the other policies."""
     if cfg["policy"] != "algorithm1":
         return None
-    points = list(radius_grid({k: tuple(v) for k, v in cfg["intervals"].items()}, cfg["grid"]))
-    return {name: np.array([p[name] for p in points], dtype=float) for name in PARAM_NAMES}
+    return {name: np.array(cfg["draws"][name], dtype=float) for name in PARAM_NAMES}
 
 
 def repair_rates(cfg: dict, k: int) -> tuple[float, float]:

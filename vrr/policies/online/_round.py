@@ -1,8 +1,10 @@
 """One round of Algorithm 1 (App. A, lines 4-19) for a full round of M votes: the belief update (Eq. 5), the
-gain (Eq. 6), the error radius B_k over the parameter box, and the step each mode takes.
+gain (Eq. 6), the error radii B_k^- and B_k^+ below and above G-hat_k from the bootstrap draws of the parameters
+(``vrr.calibration.gain_radius``: each draw filters the same votes, and G_k's one-sided percentiles over the draws
+at level 1 - eta bound it), and the step each mode takes.
 
 Stop mode under VRR-Stop commits when G-hat_k <= tau (Eqs. 6-7, ``rules.stop_commits``); under Algorithm 1 it
-commits when G-hat_k + B_k <= tau, repairs when G-hat_k - B_k > tau, and otherwise (the sign of the gain is
+commits when G-hat_k + B_k^+ <= tau, repairs when G-hat_k - B_k^- > tau, and otherwise (the sign of the gain is
 not identifiable, Eq. 8, ``rules.algorithm1_step``) switches to Guard mode for the rest of the problem. Guard
 mode spends the whole repair budget and commits the keep-best incumbent (Eq. 9, ``vrr.core.guard``), which is
 also tracked under VRR-Stop when a budget is set. Round K_max always commits.
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...calibration.gain_radius import radii_of_draws
 from ...core.belief import belief_update, gain
 from ...core.guard import keep_best_step
 from ..rules import algorithm1_step, stop_commits
@@ -28,7 +31,7 @@ def tracks_incumbent(cfg: dict) -> bool:
 
 @dataclass(frozen=True)
 class Round:
-    """What round k is decided from: the config, B_k's grid, the prior b^-_k (and one per grid point), the
+    """What round k is decided from: the config, B_k's parameter draws, the prior b^-_k (and one per draw), the
     mode with its reason and the keep-best incumbent with its votes."""
 
     cfg: dict
@@ -41,18 +44,21 @@ class Round:
     incumbent: int | None
     incumbent_votes: int | None
 
-    def evaluate(self, s: int, n: int) -> tuple[float, float, float, np.ndarray | None]:
-        """b_k (Eq. 5), G-hat_k (Eq. 6) and B_k from s accepting votes out of n, with the grid beliefs."""
+    def evaluate(self, s: int, n: int) -> tuple[float, float, float, float, np.ndarray | None]:
+        """b_k (Eq. 5), G-hat_k (Eq. 6), B_k^+ and B_k^- from s accepting votes out of n, with the draws'
+        beliefs."""
         c = self.cfg
         a, be = repair_rates(c, self.k)
         b = belief_update(self.prior, s, n, c["rho0"], c["rho1"])
         g = gain(b, a, be)
-        radius, b_grid = float("nan"), None
+        high = low = float("nan")
+        b_grid = None
         if self.prior_grid is not None and self.mode == "stop":
             grid = self.grid
             b_grid = belief_update(self.prior_grid, s, n, grid["rho0"], grid["rho1"])
-            radius = float(np.max(np.abs(gain(b_grid, grid["alpha"], grid["beta"]) - g)))
-        return float(b), float(g), radius, b_grid
+            below, above = radii_of_draws(gain(b_grid, grid["alpha"], grid["beta"]), g, c["eta"])
+            low, high = float(below), float(above)
+        return float(b), float(g), high, low, b_grid
 
     def step(self, S: int) -> Step:
         """Round k's step when the plan got S of M accepting votes (Algorithm 1 lines 4-19)."""
@@ -72,7 +78,7 @@ class Round:
                 return Step("commit", incumbent, mode, "budget exhausted: commit the keep-best incumbent (Eq. 9)",
                             incumbent, inc_votes, False)
             return Step("repair", incumbent, mode, reason, incumbent, inc_votes, replaced)
-        b, g, radius, _ = self.evaluate(S, c["M"])
+        b, g, radius, radius_low, _ = self.evaluate(S, c["M"])
         if c["policy"] == "vrr_stop":
             a, _ = repair_rates(c, k)
             if stop_commits(g, a, c["tau"]):
@@ -81,9 +87,9 @@ class Round:
             if last:
                 return Step("commit", k, mode, "budget exhausted (K_max)", incumbent, inc_votes, False)
             return Step("repair", k, mode, "G-hat_k > tau (Eqs. 6-7)", incumbent, inc_votes, True)
-        commit, unidentifiable = algorithm1_step(g, radius, c["tau"])
+        commit, unidentifiable = algorithm1_step(g, radius, c["tau"], radius_low=radius_low)
         if commit:
-            return Step("commit", k, mode, "G-hat_k + B_k <= tau: stop sign identifiable (Eq. 8)",
+            return Step("commit", k, mode, "G-hat_k + B_k^+ <= tau: stop sign identifiable (Eq. 8)",
                         incumbent, inc_votes, False)
         if unidentifiable:
             why = f"sign not identifiable at round {k} (Eq. 8): Guard mode"
@@ -93,4 +99,4 @@ class Round:
             return Step("repair", incumbent, "guard", why, incumbent, inc_votes, replaced)
         if last:
             return Step("commit", k, mode, "budget exhausted (K_max)", incumbent, inc_votes, False)
-        return Step("repair", k, mode, "G-hat_k - B_k > tau: repair (Eq. 8)", incumbent, inc_votes, True)
+        return Step("repair", k, mode, "G-hat_k - B_k^- > tau: repair (Eq. 8)", incumbent, inc_votes, True)

@@ -2,7 +2,7 @@
 prior, mode, incumbent, counters, the last decision; mid-round, the votes received so far) and the calibration
 report it was built from, so a loop can resume mid-trajectory, even mid-round.
 
-``{"version": 3, "config": {...CONFIG_FIELDS}, "state": {...STATE_KEYS}, "calibration": null | {...}}``
+``{"version": 4, "config": {...CONFIG_FIELDS}, "state": {...STATE_KEYS}, "calibration": null | {...}}``
 
 :func:`read_state` checks every field of a saved state and names the source and the field it refuses
 (:class:`ControllerStateError`); the controller holds each state field ``x`` as its attribute ``_x``.
@@ -14,7 +14,7 @@ import numpy as np
 from ._decision import Decision
 from ._options import CONFIG_FIELDS
 
-STATE_VERSION = 3
+STATE_VERSION = 4
 STATE_KEYS = ("round", "prior", "prior_grid", "mode", "reason", "incumbent", "incumbent_votes", "best_round",
               "best_belief", "accepts", "votes", "verifier_calls", "repair_calls", "tokens", "votes_without_tokens",
               "done", "last")
@@ -72,7 +72,7 @@ def read_calibration(data: dict, source: str):
 
 def read_state(st, cfg: dict, grid_size: int | None, source: str) -> dict:
     """The values of ``STATE_KEYS`` from a saved ``state`` object, each checked against the config (``grid_size``:
-    the points of B_k's grid, None without one)."""
+    the number of B_k's parameter draws, None without them)."""
     if not isinstance(st, dict):
         raise ControllerStateError(f"{source}: field 'state': expected an object")
     c = cfg
@@ -94,7 +94,7 @@ def read_state(st, cfg: dict, grid_size: int | None, source: str) -> dict:
     grid_n = grid_size
     prior_grid = field("prior_grid", lambda v: (v is None) if grid_n is None else (
         isinstance(v, list) and len(v) == grid_n and all(isinstance(x, (int, float)) for x in v)),
-        "null" if grid_n is None else f"a list of {grid_n} probabilities")
+        "null" if grid_n is None else f"a list of {grid_n} probabilities (one per parameter draw)")
     mode = field("mode", lambda v: v in ("stop", "guard"), "'stop' or 'guard'")
     reason = field("reason", lambda v: isinstance(v, str), "a string")
     incumbent = field("incumbent", lambda v: v is None or (is_int(v) and 0 <= v <= k), f"null or a round <= {k}")
