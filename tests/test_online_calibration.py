@@ -25,19 +25,21 @@ def _data(truth: NoiseParams, n=400, k_max=5, M=8, seed=0, rounds=False):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_from_labeled_recovers_known_parameters_within_the_box(seed):
+def test_from_labeled_recovers_known_parameters_within_the_draws(seed):
     truth = NoiseParams(rho0=0.25, rho1=0.15, alpha=0.35, beta=0.12, pi=0.45)
     _, data = _data(truth, seed=seed)
     ctl = OnlineController.from_labeled(**data)
     r = ctl.calibration_report
+    draws = ctl.config["draws"]
     for name, value in truth.as_dict().items():
-        lo, hi = r.intervals[name]
-        assert lo <= value <= hi, name
+        assert len(draws[name]) == 200 and min(draws[name]) <= value <= max(draws[name]), name
         assert r[name] == pytest.approx(value, abs=0.08), name
     assert r.j_ci[0] <= truth.youden_j <= r.j_ci[1]
-    assert r.mode == "stop" and ">= J_min" in r.reason and ctl.policy == "algorithm1"
+    # independent votes: the check passes, and the mode is algorithm1_mode's, the one replay uses
+    assert r.check["passed"] and ctl.config["check"] == r.check and "calibration check: pass" in r.summary()
+    assert r.mode == "stop" and ">= J_min" in r.reason and "check passes" in r.reason and ctl.policy == "algorithm1"
     assert (r.n_plans, r.n_repairs, r.M, r.k_max) == (400, 400, 8, 5)
-    assert ctl.config["j_hat"] == r.j_hat and ctl.config["intervals"] == r.intervals
+    assert ctl.config["j_hat"] == r.j_hat and ctl.config["eta"] == r.eta == 0.05
     # the estimates are labeled MLE and pair frequencies, written out by hand
     S, y = np.array(data["votes"]), np.array(data["labels"])
     assert r.rho0 == S[y == 0].sum() / (8 * (y == 0).sum())
