@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import json
 import math
 
 import numpy as np
 
 from ...calibration.gain_radius import PARAM_NAMES
+from ...common.jsonio import json_default
 from ._budget import tau_for_cost
 from ._checks import integer_field, number_field, unit_field
 from ._modes import POLICIES, default_delta
@@ -115,10 +117,6 @@ def _check(check, src: str) -> dict | None:
             check.get("reason"), str):
         raise ValueError(f"{src}: field 'check': expected null or a calibration check with 'passed' (true/false) "
                          f"and 'reason', got {check!r}")
-    import json
-
-    from ...common.jsonio import json_default
-
     return json.loads(json.dumps(check, default=json_default))
 
 
