@@ -59,13 +59,15 @@ def stored_votes(arrays_path: Path, S: np.ndarray, M: int) -> np.ndarray | None:
     path = arrays_path.parent / "trajectories.jsonl.gz"
     if not path.is_file():
         return None
-    from vrr.loop.store import read_jsonl_gz, unique_by_index
+    from vrr.label import labeling
+    from vrr.loop.config import from_stored
+    from vrr.loop.store import RunPaths, read_jsonl_gz, read_stored_config, unique_by_index
 
     records = unique_by_index(read_jsonl_gz(path))
     if len(records) != S.shape[0]:
         raise ValueError(f"{path}: {len(records)} trajectories, the arrays have {S.shape[0]}")
-    votes = np.array([[[1 if v == 1 else 0 for v in rd["votes"]] for rd in r["rounds"]] for r in records],
-                     dtype=np.int8)
+    run = RunPaths(arrays_path.parent.parent, arrays_path.parent.name)
+    votes = labeling.stored_votes(records, from_stored(read_stored_config(run)))
     if votes.shape != S.shape + (M,) or not np.array_equal(votes.sum(axis=2), S):
         raise ValueError(f"{path}: stored votes do not add up to the arrays' S_k")
     return votes
@@ -98,7 +100,9 @@ def token_estimates(arrays_path: Path, S: np.ndarray, M: int):
     path = arrays_path.parent / "trajectories.jsonl.gz"
     if not path.is_file():
         return None
-    from vrr.loop.store import read_jsonl_gz, unique_by_index
+    from vrr.label import labeling
+    from vrr.loop.config import from_stored
+    from vrr.loop.store import RunPaths, read_jsonl_gz, read_stored_config, unique_by_index
 
     records = unique_by_index(read_jsonl_gz(path))
     gen_tokens = prompt_tokens = gen_chars = prompts = 0.0

@@ -70,7 +70,7 @@ def expected_decisions(controller, rounds):
         while ctl.need_vote():
             ctl.add_vote(next(it))
         d = ctl.decide().as_dict()
-        out.append({k: None if k == "radius" and v != v else v for k, v in d.items()})
+        out.append({k: None if k in ("radius", "radius_low") and v != v else v for k, v in d.items()})
         if d["action"] == "commit":
             break
     return out

@@ -38,6 +38,15 @@ def round_verdicts(verifier, task: Task, round_record: dict, texts: Sequence[str
     return [verifier.parse(t) for t in texts]
 
 
+def stored_votes(records: Sequence[dict], cfg: RunConfig) -> np.ndarray:
+    """Each round's votes in the order they were cast, [N, K+1, M] of 0/1, read as the label path reads them
+    (:func:`round_verdicts`), so they add up to the labeled arrays' S; an unparsable vote is a rejection."""
+    task = get_task(cfg.dataset)
+    verifier = make_verifier(cfg.verifier, cfg.judge_style, cfg.judge_tokens(), cfg.judge_temperature)
+    return np.array([[[int(v == 1) for v in round_verdicts(verifier, task, rd, rd["judge"])] for rd in r["rounds"]]
+                     for r in records], dtype=np.int8)
+
+
 def label_records(records: Sequence[dict], task: Task, verifier, M: int) -> tuple[np.ndarray, np.ndarray, dict]:
     """(S [N,K+1], y [N,K+1], stats) from trajectory records (all with the same K)."""
     if not records:
