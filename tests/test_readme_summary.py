@@ -26,10 +26,10 @@ def test_a_changed_result_shows_in_the_tables(tmp_path):
     assert "| MBPP CPU fav. | 0.062 |" in before and "| Qwen-3B stress (sim.) | 0.44 |" in before
     path = tmp_path / "tables" / "stopping_mbpp_cpu_favorable.csv"
     text = path.read_text()
-    assert "VRR-Stop,\"0.475 [.405,.545]\"" in text
-    path.write_text(text.replace("VRR-Stop,\"0.475 [.405,.545]\"", "VRR-Stop,\"0.999 [.405,.545]\""))
+    assert "VRR-Stop,\"0.470 [.400,.540]\"" in text
+    path.write_text(text.replace("VRR-Stop,\"0.470 [.400,.540]\"", "VRR-Stop,\"0.999 [.400,.540]\""))
     after = readme_summary(tmp_path)
-    assert after != before and "0.999 [.405,.545]" in after
+    assert after != before and "0.999 [.400,.540]" in after
 
 
 def test_splice_needs_both_markers():
