@@ -460,7 +460,8 @@ def validate_config(raw: dict, path, kind_hint: str | None = None) -> dict:
         to_round = pert["to_round"]
         if to_round is not None and to_round < pert["from_round"]:
             raise SettingConfigError(path, "perturbation.to_round", "must be >= perturbation.from_round")
-        if pert["regime"] != "favorable" and pert["edit"] == "none":
+        # the favorable regime and the resampling control (drawn from the problem's own statement) may edit nothing
+        if pert["regime"] in ("pm_stress", "nonstationary") and pert["edit"] == "none":
             raise SettingConfigError(path, "perturbation.edit",
                                      f"regime {pert['regime']!r} needs an edit (numeric, condition or auto)")
         probe, window = cfg["probe"], cfg["window"]
