@@ -151,7 +151,7 @@ $(foreach s,$(STEP_NOTEBOOKS),$(RESULTS)/%/$(s).ipynb): settings/%.yaml $(SETTIN
 	@$(PY) -m vrr notebook $(foreach s,$(STEP_NOTEBOOKS),notebooks/$(s).ipynb $(RESULTS)/$*/$(s).ipynb $(NB_COMMON) $(call step_args,$(s)))
 
 # resampling controls only feed the loop-dynamics figure
-PAPER_SETTINGS = $(filter-out sim_nonstationary sim_nonstationary_control mbpp_cpu_nonstationary_resample,$(SETTINGS))
+PAPER_SETTINGS = $(filter-out sim_nonstationary sim_nonstationary_control %_resample,$(SETTINGS))
 pick = $(or $(firstword $(filter $(1),$(SETTINGS))),$(2))
 # make -j starts the settings in this order: the ones with ablations (the longest 05) first, so that no
 # long setting starts last and runs alone (the order of SETTINGS, which 06 reports in, is unchanged)
