@@ -5,7 +5,9 @@ whether calibrated stopping would have decisions to make with it.
 Prints, and appends as one row to ``docs/screening.md`` with the command that reproduces it:
 rho0, rho1 and J with Wilson 95 % intervals (votes pooled over rounds 0 and 1; votes on one plan are
 correlated, so the intervals are too narrow by the design effect), alpha-hat and beta-hat as k/n
-(first repair), the round-0 accuracy, seconds per instance, and the CPU (AMX / AVX512-BF16 / AVX2) and dtype.
+(first repair), b* = alpha/(alpha+beta) (validity rises in a round while it is below b*, Sec. 3), validity by
+round (Q_0 first; ``--rounds`` repair rounds), seconds per instance, and the CPU (AMX / AVX512-BF16 / AVX2) and
+dtype.
 
     python scripts/screen.py mbpp_cpu_favorable                                  # the setting as it is
     python scripts/screen.py mbpp_cpu_favorable --set repair.style=re-solve --set temperatures.repair=1.0
@@ -40,14 +42,16 @@ from vrr.report.render import rate_text  # noqa: E402
 TABLE = REPO / "docs" / "screening.md"
 HEADER = """# Screening candidate settings
 
-Each row is one run of `scripts/screen.py`: 40 problems (unless stated) x 1 repair round, no probe.
-rho0 and rho1 are the accept rate on invalid plans and the reject rate on valid plans, with 95 % Wilson
+Each row is one run of `scripts/screen.py`: 40 problems (unless stated) x 1 repair round (unless stated), no
+probe. rho0 and rho1 are the accept rate on invalid plans and the reject rate on valid plans, with 95 % Wilson
 intervals; J = 1 - rho0 - rho1. alpha = invalid plans fixed by the first repair, beta = valid plans broken,
-as k/n; acc = validity of the initial plans; s/inst = wall seconds per instance (engine load excluded).
-Votes on one plan are correlated, so the intervals are narrower than they should be.
+as k/n; b* = alpha/(alpha+beta): validity rises in a round only while it is below b* (Sec. 3's
+Q_{t+1} = Q_t(1-beta) + (1-Q_t)alpha); validity by round starts with Q_0, the initial plans' validity;
+s/inst = wall seconds per instance (engine load excluded). Votes on one plan are correlated, so the intervals
+are narrower than they should be.
 
-| candidate | N | rho0 | rho1 | J | alpha | beta | acc | s/inst | machine | command |
-|---|---|---|---|---|---|---|---|---|---|---|
+| candidate | N | rho0 | rho1 | J | alpha | beta | b* | validity by round | s/inst | machine | command |
+|---|---|---|---|---|---|---|---|---|---|---|---|
 """
 
 
@@ -64,6 +68,7 @@ def machine() -> str:
 
 def summarize(st, meta: dict) -> dict:
     S, y, M = st.S[:, :2], st.y[:, :2].astype(bool), st.M
+    validity = [float(q) for q in st.y.astype(bool).mean(axis=0)]
     acc_valid, n_valid = int(S[y].sum()), int(y.sum()) * M
     acc_invalid, n_invalid = int(S[~y].sum()), int((~y).sum()) * M
     rho0 = acc_invalid / n_invalid if n_invalid else float("nan")
@@ -74,16 +79,26 @@ def summarize(st, meta: dict) -> dict:
     cost = run_cost(meta)
     return {"N": int(st.S.shape[0]), "rho0": rho0, "rho0_ci": (r0_lo, r0_hi), "rho1": rho1, "rho1_ci": (1 - a_hi, 1 - a_lo),
             "J": 1 - rho0 - rho1, "fixed": int((~y0 & y1).sum()), "invalid": int((~y0).sum()),
-            "broken": int((y0 & ~y1).sum()), "valid": int(y0.sum()), "acc": float(y0.mean()),
+            "broken": int((y0 & ~y1).sum()), "valid": int(y0.sum()), "acc": float(y0.mean()), "validity": validity,
             "seconds_per_instance": cost["seconds_per_instance"]}
+
+
+def bstar_text(s: dict) -> str:
+    """b* = alpha/(alpha+beta) (Eq. 7 at tau = 0) from the first repair's rates, "n/a" where a class had no plan."""
+    if not s["invalid"] or not s["valid"]:
+        return "n/a"
+    alpha, beta = s["fixed"] / s["invalid"], s["broken"] / s["valid"]
+    return "n/a" if alpha + beta == 0 else f"{alpha / (alpha + beta):.2f}"
 
 
 def row(label: str, s: dict, command: str) -> str:
     def with_ci(x, ci):
         return rate_text(x, 2) if np.isnan(x) else f"{rate_text(x, 2)} [{rate_text(ci[0], 2)},{rate_text(ci[1], 2)}]"
 
+    by_round = " ".join(f"{q:.2f}" for q in s["validity"])
     return (f"| {label} | {s['N']} | {with_ci(s['rho0'], s['rho0_ci'])} | {with_ci(s['rho1'], s['rho1_ci'])} "
-            f"| **{rate_text(s['J'], 2)}** | {s['fixed']}/{s['invalid']} | {s['broken']}/{s['valid']} | {s['acc']:.2f} "
+            f"| **{rate_text(s['J'], 2)}** | {s['fixed']}/{s['invalid']} | {s['broken']}/{s['valid']} "
+            f"| {bstar_text(s)} | {by_round} "
             f"| {s['seconds_per_instance']:.1f} | {machine()} | `{command}` |")
 
 
@@ -91,6 +106,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("setting")
     ap.add_argument("--n", type=int, default=40)
+    ap.add_argument("--rounds", type=int, default=1, help="repair rounds (K_max of the screen run)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--model")
     ap.add_argument("--verifier")
@@ -112,7 +128,8 @@ def generate_overrides(a: argparse.Namespace) -> list[str]:
 
 def run_name(a: argparse.Namespace) -> str:
     """The run's folder: one per candidate (setting, size, overrides and label), so a rerun resumes it."""
-    key = hashlib.sha256(json.dumps([a.setting, a.n, generate_overrides(a), a.label]).encode()).hexdigest()[:8]
+    parts = [a.setting, a.n, generate_overrides(a), a.label] + ([a.rounds] if a.rounds != 1 else [])
+    key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:8]
     return f"screen-{a.setting}-{key}"
 
 
@@ -121,13 +138,14 @@ def reproduce_command(a: argparse.Namespace) -> str:
     return " ".join(["python scripts/screen.py", a.setting, *(f"--set {shlex.quote(kv)}" for kv in a.set),
                      *(f"--{f} {shlex.quote(getattr(a, f))}" for f in ("model", "verifier") if getattr(a, f)),
                      *([f"--n {a.n}"] if a.n != 40 else []),
+                     *([f"--rounds {a.rounds}"] if a.rounds != 1 else []),
                      *([f"--label {shlex.quote(a.label)}"] if a.label else [])])
 
 
 def main() -> int:
     a = parse_args()
     name = run_name(a)
-    cmd = [a.python, "-m", "vrr", "generate", a.setting, "--n", str(a.n), "--probe-n", "0", "--set", "probe.from=null", "--set", "K_max=1",
+    cmd = [a.python, "-m", "vrr", "generate", a.setting, "--n", str(a.n), "--probe-n", "0", "--set", "probe.from=null", "--set", f"K_max={a.rounds}",
            *generate_overrides(a), "--run-name", name, "--out-root", a.out_root, "--no-progress"]
     print("[screen]", " ".join(shlex.quote(c) for c in cmd), flush=True)
     t0 = time.time()

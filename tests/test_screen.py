@@ -26,6 +26,16 @@ def test_rates_counts_and_first_repair():
     assert s["acc"] == 0.5 and np.isclose(s["seconds_per_instance"], 10.0)
     lo, hi = s["rho0_ci"]
     assert lo < 4 / 16 < hi
+    assert s["validity"] == [0.5, 0.5, 0.5]          # every round of the run, Q_0 first
+
+
+def test_the_row_prints_b_star_and_validity_by_round():
+    """b* = alpha/(alpha+beta) from the first repair (Eq. 7 at tau = 0): here alpha 1/4, beta 1/2 -> 1/3."""
+    y = np.array([[0, 1], [0, 0], [0, 0], [0, 0], [1, 1], [1, 0]])
+    S = np.full((6, 2), 2)
+    s = screen.summarize(SimpleNamespace(S=S, y=y, M=4), META)
+    cells = [c.strip() for c in screen.row("x", s, "cmd").strip("|").split("|")]
+    assert cells[5:9] == ["1/4", "1/2", "0.33", "0.33 0.33"]
 
 
 def test_a_screen_without_valid_plans_says_n_a():
@@ -35,7 +45,7 @@ def test_a_screen_without_valid_plans_says_n_a():
     line = screen.row("x", s, "cmd")
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[2].startswith("0.33 [") and cells[3] == "n/a" and cells[4] == "**n/a**"
-    assert cells[5:8] == ["0/3", "0/0", "0.00"] and "nan" not in line
+    assert cells[5:9] == ["0/3", "0/0", "n/a", "0.00 0.00"] and "nan" not in line
 
 
 def test_the_table_command_names_the_same_run_folder():
