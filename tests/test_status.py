@@ -126,8 +126,10 @@ def test_a_simulated_setting_is_refused_naming_the_field():
 
 
 def readme_and_committed_status(setting):
-    """The README as one line of text, and `python -m vrr status <setting>` on the committed run."""
-    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    """The README with the reading behind its findings (docs/findings.md) as one line of text, and
+    `python -m vrr status <setting>` on the committed run."""
+    repo = Path(__file__).resolve().parent.parent
+    readme = " ".join(" ".join((repo / page).read_text() for page in ("README.md", "docs/findings.md")).split())
     cfg = run_config(load_config(setting))
     return readme, run_status(store.RunPaths(store.DEFAULT_OUT_ROOT, cfg.setting), cfg)
 
