@@ -58,16 +58,16 @@ def rate_text(x: float, digits: int) -> str:
 
 
 def write_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]], stem: str | os.PathLike,
-                caption: str = "", digits: int = 3) -> tuple[Path, Path]:
-    """Write ``rows`` as ``stem.csv`` (numbers to ``CSV_SIGNIFICANT_DIGITS`` significant digits) and
-    ``stem.tex`` (booktabs, formatted).
+                caption: str = "", digits: int = 3, csv_decimals: int | None = None) -> tuple[Path, Path]:
+    """Write ``rows`` as ``stem.csv`` (numbers to ``CSV_SIGNIFICANT_DIGITS`` significant digits, or to
+    ``csv_decimals`` decimals where given) and ``stem.tex`` (booktabs, formatted).
 
     ``columns`` is a list of (key, header). Both files are written atomically.
     """
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     csv_path, tex_path = stem.with_suffix(".csv"), stem.with_suffix(".tex")
-    atomic_write(csv_path, lambda fh: _csv(fh, rows, columns))
+    atomic_write(csv_path, lambda fh: _csv(fh, rows, columns, csv_decimals))
     lines = ["\\begin{table}[t]", "\\centering", "\\small"]
     if caption:
         lines.append(f"\\caption{{{_tex_escape(caption)}}}")
@@ -80,20 +80,23 @@ def write_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]], stem: 
     return csv_path, tex_path
 
 
-def csv_value(value):
-    """A table cell for the CSV: floats to a stated number of significant digits."""
+def csv_value(value, decimals: int | None = None):
+    """A table cell for the CSV: floats to ``decimals`` decimals, or by default to a stated number of
+    significant digits."""
     if isinstance(value, (bool, np.bool_)):
         return value
     if isinstance(value, (float, np.floating)):
-        return "nan" if np.isnan(value) else f"{float(value):.{CSV_SIGNIFICANT_DIGITS}g}"
+        if np.isnan(value):
+            return "nan"
+        return f"{float(value):.{decimals}f}" if decimals is not None else f"{float(value):.{CSV_SIGNIFICANT_DIGITS}g}"
     return value
 
 
-def _csv(fh, rows, columns):
+def _csv(fh, rows, columns, decimals: int | None = None):
     writer = csv.writer(fh, lineterminator="\n")
     writer.writerow([k for k, _ in columns])
     for row in rows:
-        writer.writerow([csv_value(row.get(k, "")) for k, _ in columns])
+        writer.writerow([csv_value(row.get(k, ""), decimals) for k, _ in columns])
 
 
 def _tex_escape(text: str) -> str:
