@@ -57,3 +57,19 @@ def test_a_number_not_in_the_tables_is_caught():
     assert not any(abs(round(v, 3) - 0.123456) < 1e-9 for v in values)
     stated = stated_numbers("## Findings\n* V is 0.987 here, 12.3 pp over that, at level 0.05.\n")
     assert stated == [("0.987", False), ("12.3", True)]
+
+
+def test_the_readme_is_short_and_in_the_reader_s_order():
+    """At most 200 lines: what the paper claims, a two-command quick start, the findings, the figures, the
+    results, then the reference sections; the Runtime table has one column per machine kind."""
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    heads = [line[3:] for line in text.splitlines() if line.startswith("## ")]
+    assert heads[:5] == ["Quick start", "Findings", "Key figures", "Results", "Where each part of the paper lives"]
+    quick = text[text.index("## Quick start"):text.index("## Findings")]
+    block = quick[quick.index("```bash"):quick.index("```", quick.index("```bash") + 3)]
+    assert [line.split("#")[0].strip() for line in block.splitlines()[1:]] == ["make -j2 reproduce", "make test"]
+    runtime = text[text.index("## Runtime"):]
+    header = next(line for line in runtime.splitlines() if line.startswith("| step"))
+    assert [c.strip() for c in header.strip("|").split("|")][1:] == [
+        "AVX512-BF16, bf16", "AVX512 without BF16, fp32", "AVX2, fp32", "GPU"]

@@ -15,21 +15,11 @@ from .render import rate_text, read_csv
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 HEADLINE_POLICIES = ["No repair", "Fixed K=5", "VRR-Stop", "VRR-Stop (label-free EM)", "TPM reference", "VRR-Guard",
                      "Algorithm 1"]
-PAIRED = ["VRR-Stop vs Fixed K=5", "VRR-Stop vs TPM reference", "VRR-Stop vs No repair", "VRR-Guard vs No repair"]
 _NUMBER = re.compile(r"[-+]?\d*\.?\d+(?:e[-+]?\d+)?")
 
 
 def _numbers(text: str) -> list[float]:
     return [float(x) for x in _NUMBER.findall(text)]
-
-
-def _pvalue(p: float) -> str:
-    return f"{p:.2g}" if p >= 1e-3 else f"{p:.0e}".replace("e-0", "e-")
-
-
-def _paired(row: dict) -> str:
-    dv, lo, hi = (100 * x for x in _numbers(row["dV [95% CI]"]))
-    return f"{dv:+.1f} [{lo:+.1f}, {hi:+.1f}], p={_pvalue(float(row['mcnemar_p']))}"
 
 
 def _estimate(text: str) -> str:
@@ -44,13 +34,10 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def readme_summary(results_root: str | Path) -> str:
     """Markdown tables of every setting with a stopping table: the simulated settings (labeled J and V of the
     headline policies), and for the real windows the loop dynamics (labeled rho0, rho1, J, first-repair alpha,
-    beta, b* of Eq. 7 and the shape of validity by round), V with 95 % bootstrap CIs, and the paired
-    differences with exact McNemar p (App. G)."""
+    beta, b* of Eq. 7 and the shape of validity by round) and V with 95 % bootstrap CIs (the paired differences
+    with exact McNemar p are results/tables/paired_stats.csv)."""
     tables = Path(results_root) / "tables"
     dynamics = {r["setting"]: r for r in read_csv(tables / "loop_dynamics.csv")}
-    paired: dict[str, dict] = {}
-    for r in read_csv(tables / "paired_stats.csv"):
-        paired.setdefault(r["setting"], {})[r["comparison"]] = r
     runs = []
     for path in sorted(tables.glob("stopping_*.csv")):
         name = path.stem.removeprefix("stopping_")
@@ -84,12 +71,6 @@ def readme_summary(results_root: str | Path) -> str:
                      stop["<K>"], stop["verifier calls"], v(by, "Hindsight best"), check])
     out += _table(["setting", "no repair", "Fixed K=5", "VRR-Stop", "VRR-Stop (label-free EM)", "TPM", "VRR-Guard",
                    "Algorithm 1", "VRR-Stop ⟨K⟩", "calls", "hindsight", "calibration check"], rows)
-    out += ["", "**Real windows: paired differences** (pp, 95 % paired bootstrap CI, exact McNemar p; "
-            "`results/tables/paired_stats.csv`):", ""]
-    out += _table(["setting", "VRR-Stop − Fixed K=5", "VRR-Stop − TPM", "VRR-Stop − no repair",
-                   "VRR-Guard − no repair"],
-                  [[label, *(_paired(paired[label][c]) if c in paired.get(label, {}) else "—" for c in PAIRED)]
-                   for _, label, _ in real])
     return "\n".join(out) + "\n"
 
 
