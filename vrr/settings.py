@@ -70,6 +70,11 @@ PROBE_CALIBRATION_METHODS = ("semisupervised_em", "semisupervised_checked")
 DEFAULT_CALIBRATION_METHOD = "semisupervised_checked"
 NO_PROBE_CALIBRATION_METHOD = "binomial_em"
 VOTE_ROUNDS = ("first", "all", "probe")
+# The vote likelihood of Eq. 5: the paper's binomial (votes independent given the plan's validity), or
+# beta_binomial (exchangeable votes: each plan draws its own acceptance rate, so its votes are correlated).
+CALIBRATION_LIKELIHOODS = ("binomial", "beta_binomial")
+# Methods without an exchangeable-vote estimator (vrr.calibration.correlated).
+BINOMIAL_ONLY_METHODS = ("mom",)
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DOTTED_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 # Upper bounds of a setting's sizes; they are also the data contract's (``vrr.data.contract``: votes
@@ -243,6 +248,7 @@ SCHEMA: dict[str, Any] = {
         # null: DEFAULT_CALIBRATION_METHOD with a probe, NO_PROBE_CALIBRATION_METHOD without (resolved on load)
         "method": Field("str", default=None, nullable=True, choices=CALIBRATION_METHODS),
         "vote_rounds": Field("str", default="first", choices=VOTE_ROUNDS),
+        "likelihood": Field("str", default="binomial", choices=CALIBRATION_LIKELIHOODS),
         "n_folds": Field("int", default=5, low=2, high=1000),
         "max_pairs": Field("int", default=300, low=1, high=10 ** 6, nullable=True),
         "em_restarts": Field("int", default=10, low=1, high=1000),
@@ -447,6 +453,11 @@ def validate_config(raw: dict, path, kind_hint: str | None = None) -> dict:
                                  f"verifier kind {cfg['verifier']['kind']!r} is deterministic (App. H): its M votes "
                                  "repeat one answer, so rho0, rho1 must come from labeled samples (labeled_mle)")
     method = cfg["calibration"]["method"]
+    if method in BINOMIAL_ONLY_METHODS and cfg["calibration"]["likelihood"] != "binomial":
+        raise SettingConfigError(path, "calibration.likelihood",
+                                 f"method {method!r} fits the binomial mixture only; with likelihood "
+                                 f"{cfg['calibration']['likelihood']!r} choose one of "
+                                 f"{tuple(m for m in CALIBRATION_METHODS if m not in BINOMIAL_ONLY_METHODS)}")
     if method in PROBE_CALIBRATION_METHODS:
         if cfg["probe"]["n"] == 0 and cfg["probe"].get("from") is None:
             raise SettingConfigError(path, "calibration.method",

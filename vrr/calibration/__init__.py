@@ -25,6 +25,12 @@ from .estimators import (  # noqa: F401
     crossfit,
     with_params,
 )
+from .correlated import (  # noqa: F401
+    LIKELIHOODS,
+    labeled_bb_mle,
+    semisupervised_bb,
+    fit_correlated_votes,
+)
 from .identifiability import (  # noqa: F401
     PARAM_NAMES,
     parameter_intervals,

@@ -91,6 +91,17 @@ class Calibration:
     M: int
     rules: dict = field(default_factory=dict)
     check: dict | None = None     # the calibration check behind ``semisupervised_checked`` (CalibrationCheck.as_dict)
+    likelihood: str = "binomial"  # Eq. 5's vote likelihood (vrr.settings.CALIBRATION_LIKELIHOODS)
+    phi0: float | None = None     # intra-plan vote correlation of invalid / valid plans (likelihood beta_binomial)
+    phi1: float | None = None
+
+    def as_kwargs(self) -> dict[str, float]:
+        """The filter's parameters (Eq. 5-7): rho0, rho1, alpha, beta, pi, and phi0, phi1 under the
+        exchangeable-vote likelihood."""
+        out = self.params.as_dict()
+        if self.likelihood == "beta_binomial":
+            out.update(phi0=self.phi0, phi1=self.phi1)
+        return out
 
 
 def method_of_moments(S, M: int) -> VoteNoiseFit:
@@ -190,19 +201,28 @@ def beta_binomial_em(S, M: int, phi_cap: float = 0.3, n_restarts: int = 8, seed:
                                  options={"xatol": 1e-9, "fatol": 1e-11, "maxiter": 20000, "maxfev": 20000})
     if polished.fun <= best.fun:
         best = polished
-    w, mu1, _, mu0, _ = unpack(best.x)
+    w, mu1, phi1, mu0, phi0 = unpack(best.x)
     if mu0 > mu1:
-        w, mu1, mu0 = 1 - w, mu0, mu1
+        w, mu1, mu0, phi1, phi0 = 1 - w, mu0, mu1, phi0, phi1
     n = hist.sum()
     return VoteNoiseFit(rho0=float(mu0), rho1=float(1 - mu1), weight_valid=float(w), loglik=-float(best.fun),
                         votes_valid=M * n * w, votes_invalid=M * n * (1 - w),
-                        method="beta_binomial_em", converged=bool(best.success), n_iter=int(best.nit))
+                        method="beta_binomial_em", converged=bool(best.success), n_iter=int(best.nit),
+                        phi0=float(phi0), phi1=float(phi1))
 
 
 def fit_vote_noise(method: str, S, M: int, y=None, seed: int = 0,
-                   options: EstimatorOptions = EstimatorOptions(), labeled=None) -> VoteNoiseFit:
+                   options: EstimatorOptions = EstimatorOptions(), labeled=None,
+                   likelihood: str = "binomial") -> VoteNoiseFit:
     """Dispatch to one of ``VOTE_METHODS``; ``labeled_mle`` needs labels ``y``; ``semisupervised_em`` takes ``S``
-    as unlabeled counts and ``labeled = (S_l, y_l, M_l)``, the labeled plans that enter with their class fixed."""
+    as unlabeled counts and ``labeled = (S_l, y_l, M_l)``, the labeled plans that enter with their class fixed.
+    ``likelihood="beta_binomial"``: the method's exchangeable-vote estimator (``vrr.calibration.correlated``),
+    which also fits phi0, phi1."""
+    if likelihood != "binomial":
+        from .correlated import check_likelihood, fit_correlated_votes
+
+        check_likelihood(likelihood)
+        return fit_correlated_votes(method, S, M, y=y, labeled=labeled, options=options, seed=seed)
     if method == "semisupervised_em":
         from .semisupervised import semisupervised_em
 
@@ -256,7 +276,8 @@ def transition_rates(y_before, y_after, max_pairs: int | None = MAX_TRANSITION_P
 def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
               vote_rounds: str = "first", probe_S=None, probe_y=None, probe_M: int | None = None,
               max_pairs: int | None = MAX_TRANSITION_PAIRS,
-              options: EstimatorOptions = EstimatorOptions(), votes: VoteNoiseFit | None = None) -> Calibration:
+              options: EstimatorOptions = EstimatorOptions(), votes: VoteNoiseFit | None = None,
+              likelihood: str = "binomial") -> Calibration:
     """Fit (rho0, rho1, alpha, beta, pi) on one calibration sample (Sec. 4.2, App. A/B).
 
     ``S``, ``y``: [n, K+1] arrays of the calibration instances. Vote noise comes from the
@@ -264,8 +285,12 @@ def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
     or from a separate probe (``"probe"``: ``probe_S`` with ``probe_M`` votes, labels
     ``probe_y`` for labeled MLE). ``method="semisupervised_em"`` fits the first/all-round counts as
     unlabeled and the labeled probe with its classes fixed. alpha, beta come from the (y_0, y_1) pairs,
-    pi = mean y_0.
+    pi = mean y_0. ``likelihood="beta_binomial"``: Eq. 5 with exchangeable votes; the vote noise is the method's
+    beta-binomial fit (``vrr.calibration.correlated``) and the calibration also carries phi0, phi1.
     """
+    from .correlated import PHI_MAX, check_likelihood
+
+    check_likelihood(likelihood)
     S = np.asarray(S)
     y = np.asarray(y)
     labeled = None
@@ -291,10 +316,12 @@ def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
         check = calibration_check(vS, vM, *labeled, level=options.check_level, n_boot=options.check_replicates,
                                   seed=seed, em_restarts=options.em_restarts, em_tol=options.em_tol,
                                   em_max_iter=options.em_max_iter).as_dict()
-        votes = (fit_vote_noise("semisupervised_em", vS, vM, seed=seed, options=options, labeled=labeled)
-                 if check["passed"] else labeled_mle(labeled[0], labeled[1], labeled[2]))
+        votes = (fit_vote_noise("semisupervised_em", vS, vM, seed=seed, options=options, labeled=labeled,
+                                likelihood=likelihood) if check["passed"] else
+                 fit_vote_noise("labeled_mle", labeled[0], labeled[2], y=labeled[1], likelihood=likelihood))
     if votes is None:  # (a bootstrap passes the vote-noise fits it computed for many samples at once)
-        votes = fit_vote_noise(method, vS, vM, y=vy, seed=seed, options=options, labeled=labeled)
+        votes = fit_vote_noise(method, vS, vM, y=vy, seed=seed, options=options, labeled=labeled,
+                               likelihood=likelihood)
     if S.shape[1] < 2:
         raise ValueError("calibrate: need at least one repair round to estimate alpha, beta")
     trans = transition_rates(y[:, 0], y[:, 1], max_pairs=max_pairs, seed=seed)
@@ -311,8 +338,19 @@ def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
             value, rules[name] = 0.5, "jeffreys"
         rho[name] = float(np.clip(value, 0.0, 1.0))
     params = NoiseParams(rho0=rho["rho0"], rho1=rho["rho1"], alpha=alpha, beta=beta, pi=pi)
-    return Calibration(params=params, votes=votes, transitions=trans,
-                       n_pi_valid=n_pi_valid, n_pi=n_pi, M=vM, rules=rules, check=check)
+    phi = {"phi0": None, "phi1": None}
+    if likelihood == "beta_binomial":
+        for name in phi:
+            value = getattr(votes, name)
+            if value is None:
+                raise ValueError(f"calibrate: likelihood 'beta_binomial' needs a vote fit with {name} "
+                                 f"(got a {votes.method!r} fit without it)")
+            rules[name] = "fit"
+            if np.isnan(value):  # no labeled plan of the class: nothing says its votes are correlated
+                value, rules[name] = 0.0, "independent"
+            phi[name] = float(np.clip(value, 0.0, PHI_MAX))
+    return Calibration(params=params, votes=votes, transitions=trans, n_pi_valid=n_pi_valid, n_pi=n_pi, M=vM,
+                       rules=rules, check=check, likelihood=likelihood, **phi)
 
 
 def defined_rate(k: int, n: int, unsafe: tuple[float, ...] = (0.0, 1.0)) -> tuple[float, str]:
@@ -355,22 +393,43 @@ class CrossFit:
     alpha: np.ndarray = field(init=False)
     beta: np.ndarray = field(init=False)
     pi: np.ndarray = field(init=False)
+    likelihood: str = field(init=False)
+    phi0: np.ndarray | None = field(init=False)
+    phi1: np.ndarray | None = field(init=False)
 
     def __post_init__(self) -> None:
         for name in ("rho0", "rho1", "alpha", "beta", "pi"):
             per_fold = np.array([getattr(f.params, name) for f in self.fits])
             setattr(self, name, per_fold[self.folds])
+        kinds = {f.likelihood for f in self.fits}
+        if len(kinds) > 1:
+            raise ValueError(f"CrossFit: the folds were fit under different vote likelihoods {sorted(kinds)}")
+        self.likelihood = kinds.pop() if kinds else "binomial"
+        self.phi0 = self.phi1 = None
+        if self.likelihood == "beta_binomial":
+            for name in ("phi0", "phi1"):
+                setattr(self, name, np.array([getattr(f, name) for f in self.fits], dtype=float)[self.folds])
 
     def as_kwargs(self) -> dict[str, np.ndarray]:
-        return {k: getattr(self, k) for k in ("rho0", "rho1", "alpha", "beta", "pi")}
+        """Per-instance filter parameters (Eq. 5-7): rho0, rho1, alpha, beta, pi, and phi0, phi1 under the
+        exchangeable-vote likelihood."""
+        names = ("rho0", "rho1", "alpha", "beta", "pi")
+        if self.likelihood == "beta_binomial":
+            names += ("phi0", "phi1")
+        return {k: getattr(self, k) for k in names}
 
     def to_dict(self) -> dict:
-        """JSON-ready form (what 03_calibrate saves and 04_replay reads); floats round-trip exactly."""
-        return {"folds": [int(f) for f in self.folds],
-                "fits": [{"params": asdict(f.params), "votes": asdict(f.votes), "transitions": asdict(f.transitions),
-                          "n_pi_valid": f.n_pi_valid, "n_pi": f.n_pi, "M": f.M, "rules": f.rules,
-                          "check": f.check}
-                         for f in self.fits]}
+        """JSON-ready form (what 03_calibrate saves and 04_replay reads); floats round-trip exactly. Under the
+        exchangeable-vote likelihood each fit also records ``likelihood``, ``phi0`` and ``phi1``."""
+        fits = []
+        for f in self.fits:
+            votes = {k: v for k, v in asdict(f.votes).items() if not (k in ("phi0", "phi1") and v is None)}
+            fit = {"params": asdict(f.params), "votes": votes, "transitions": asdict(f.transitions),
+                   "n_pi_valid": f.n_pi_valid, "n_pi": f.n_pi, "M": f.M, "rules": f.rules, "check": f.check}
+            if f.likelihood != "binomial":
+                fit.update(likelihood=f.likelihood, phi0=f.phi0, phi1=f.phi1)
+            fits.append(fit)
+        return {"folds": [int(f) for f in self.folds], "fits": fits}
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "calibration") -> "CrossFit":
@@ -378,7 +437,8 @@ class CrossFit:
             fits = [Calibration(params=NoiseParams(**f["params"]), votes=VoteNoiseFit(**f["votes"]),
                                 transitions=TransitionFit(**f["transitions"]), n_pi_valid=int(f["n_pi_valid"]),
                                 n_pi=int(f["n_pi"]), M=int(f["M"]), rules=dict(f.get("rules", {})),
-                                check=f.get("check"))
+                                check=f.get("check"), likelihood=str(f.get("likelihood", "binomial")),
+                                phi0=f.get("phi0"), phi1=f.get("phi1"))
                     for f in data["fits"]]
             folds = np.asarray(data["folds"], dtype=np.int64)
         except (KeyError, TypeError, ValueError) as exc:
@@ -392,8 +452,9 @@ def crossfit(S, y, M: int, method: str = "binomial_em", n_folds: int = 5, seed: 
              vote_rounds: str = "first", n_calib: int | None = None,
              probe_S=None, probe_y=None, probe_M: int | None = None,
              max_pairs: int | None = MAX_TRANSITION_PAIRS,
-             options: EstimatorOptions = EstimatorOptions()) -> CrossFit:
+             options: EstimatorOptions = EstimatorOptions(), likelihood: str = "binomial") -> CrossFit:
     """Five-fold cross-fitting (App. B): fold f is scored with parameters fit on the other folds.
+    ``likelihood``: Eq. 5's vote likelihood, "binomial" (the paper's) or "beta_binomial" (exchangeable votes).
 
     ``n_calib`` subsamples each training set (seeded) for the N_calib ablation (App. I).
     With ``vote_rounds="probe"`` the vote-noise fit uses the disjoint probe window, which never
@@ -410,7 +471,7 @@ def crossfit(S, y, M: int, method: str = "binomial_em", n_folds: int = 5, seed: 
             train = np.sort(rng.choice(train, n_calib, replace=False))
         fits.append(calibrate(S[train], y[train], M, method=method, seed=seed + f,
                               vote_rounds=vote_rounds, probe_S=probe_S, probe_y=probe_y,
-                              probe_M=probe_M, max_pairs=max_pairs, options=options))
+                              probe_M=probe_M, max_pairs=max_pairs, options=options, likelihood=likelihood))
     return CrossFit(folds=folds, fits=fits)
 
 

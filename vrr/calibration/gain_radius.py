@@ -29,6 +29,7 @@ from .estimators import (PROBE_METHODS, EstimatorOptions, VoteNoiseFit, best_rat
                          calibrate, labeled_mle, vote_histograms)
 
 PARAM_NAMES = ("rho0", "rho1", "alpha", "beta", "pi")
+CORRELATION_NAMES = ("phi0", "phi1")   # drawn too under the exchangeable-vote likelihood
 RADIUS_REPLICATES = 200
 
 
@@ -42,19 +43,21 @@ def _resample_probe(rng, probe_S, probe_y):
 def parameter_draws(S, y, M: int, n_boot: int = RADIUS_REPLICATES, seed: int = 0, method: str = "binomial_em",
                     vote_rounds: str = "first", max_pairs: int | None = 300,
                     options: EstimatorOptions = EstimatorOptions(), probe_S=None, probe_y=None, probe_M=None,
-                    point: "Calibration | None" = None) -> dict[str, np.ndarray]:  # noqa: F821
+                    point: "Calibration | None" = None,  # noqa: F821
+                    likelihood: str = "binomial") -> dict[str, np.ndarray]:
     """The calibrated parameters of ``n_boot`` bootstrap resamples of one calibration sample: {name: [n_boot]}.
 
     Calibration instances are resampled whole (their votes and labels together); with a method that reads the
     probe, the probe's plans are resampled within each class. alpha, beta and pi are then drawn from their
     Jeffreys posteriors instead (:func:`jeffreys_draws`). ``semisupervised_checked`` keeps the branch its
     point fit's check chose (``point``: that fit; refit when not given): the draws measure the estimation error
-    of the estimator that was deployed, not the check's."""
+    of the estimator that was deployed, not the check's. ``likelihood="beta_binomial"``: the exchangeable-vote
+    estimators (``vrr.calibration.correlated``), refit from the point fit, and phi0, phi1 are drawn too."""
     S, y = np.asarray(S), np.asarray(y)
     uses_probe = method in PROBE_METHODS or vote_rounds == "probe"
     if uses_probe and (probe_S is None or probe_M is None):
         raise ValueError(f"parameter_draws: method {method!r} / vote_rounds {vote_rounds!r} needs the probe")
-    kwargs = dict(method=method, vote_rounds=vote_rounds, max_pairs=max_pairs, options=options)
+    kwargs = dict(method=method, vote_rounds=vote_rounds, max_pairs=max_pairs, options=options, likelihood=likelihood)
     rng = np.random.default_rng(seed + 7919)
     n = S.shape[0]
     reps = [rng.integers(0, n, n) for _ in range(n_boot)]
@@ -68,7 +71,12 @@ def parameter_draws(S, y, M: int, n_boot: int = RADIUS_REPLICATES, seed: int = 0
         if point is None:
             point = calibrate(S, y, M, seed=seed, probe_S=probe_S, probe_y=probe_y, probe_M=probe_M, **kwargs)
         fit_as = "semisupervised_em" if (point.check or {}).get("passed") else "labeled_probe"
-    if fit_as == "binomial_em" and vote_rounds == "first":
+    if likelihood != "binomial":
+        if point is None:
+            point = calibrate(S, y, M, seed=seed, probe_S=probe_S, probe_y=probe_y, probe_M=probe_M, **kwargs)
+        votes = _correlated_votes(fit_as, point.votes, S, y, M, reps, probe_reps, vote_rounds, probe_S, probe_y,
+                                  probe_M, options)
+    elif fit_as == "binomial_em" and vote_rounds == "first":
         hists = vote_histograms([S[idx, 0] for idx in reps], M)
         chains = binomial_em_chains(hists, M, [seed] * n_boot, n_restarts=options.em_restarts, tol=options.em_tol,
                                     max_iter=options.em_max_iter)
@@ -86,20 +94,48 @@ def parameter_draws(S, y, M: int, n_boot: int = RADIUS_REPLICATES, seed: int = 0
                  for a, b, c in zip(fit["rho0"], fit["rho1"], fit["weight_valid"])]
     elif fit_as == "labeled_probe":
         votes = [labeled_mle(np.asarray(probe_S)[p], np.asarray(probe_y)[p], probe_M) for p in probe_reps]
-    draws = {name: np.empty(n_boot) for name in PARAM_NAMES}
+    names = PARAM_NAMES + (CORRELATION_NAMES if likelihood != "binomial" else ())
+    draws = {name: np.empty(n_boot) for name in names}
     for b, idx in enumerate(reps):
         p = probe_reps[b]
         probe = {}
         if uses_probe:
             probe = dict(probe_S=np.asarray(probe_S)[p], probe_M=probe_M,
                          probe_y=None if probe_y is None else np.asarray(probe_y)[p])
-        fit = calibrate(S[idx], y[idx], M, seed=seed + b, votes=votes[b], **probe, **kwargs).params
-        for name in PARAM_NAMES:
-            draws[name][b] = getattr(fit, name)
+        fit = calibrate(S[idx], y[idx], M, seed=seed + b, votes=votes[b], **probe, **kwargs).as_kwargs()
+        for name in names:
+            draws[name][b] = fit[name]
     if point is None:
         point = calibrate(S, y, M, seed=seed, probe_S=probe_S, probe_y=probe_y, probe_M=probe_M, **kwargs)
     draws.update(jeffreys_draws(point, n_boot, seed))
     return draws
+
+
+def _correlated_votes(fit_as: str, point_votes, S, y, M: int, reps, probe_reps, vote_rounds: str, probe_S, probe_y,
+                      probe_M, options) -> list:
+    """The exchangeable-vote fits of every resample, one batch started from the point fit's votes."""
+    from .correlated import refit_many
+
+    def sample(idx, p):  # the vote-noise sample of one resample, as calibrate reads it
+        if vote_rounds == "probe":
+            return np.asarray(probe_S)[p], None if probe_y is None else np.asarray(probe_y)[p], probe_M
+        rows = S[idx, 0] if vote_rounds == "first" else S[idx].ravel()
+        labels = y[idx, 0] if vote_rounds == "first" else y[idx].ravel()
+        return rows, labels, M
+
+    samples = [sample(idx, p) for idx, p in zip(reps, probe_reps)]
+    vM = samples[0][2] if samples else M
+    if fit_as in ("binomial_em", "beta_binomial_em"):
+        return refit_many("label_free", point_votes, [s[0] for s in samples], vM, options=options)
+    if fit_as == "labeled_mle":
+        return refit_many("labeled", point_votes, [(s[0], s[1]) for s in samples], vM, options=options)
+    labeled = [(np.asarray(probe_S)[p], np.asarray(probe_y)[p]) for p in probe_reps]
+    if fit_as == "labeled_probe":
+        return refit_many("labeled", point_votes, labeled, probe_M, options=options)
+    if fit_as == "semisupervised_em":
+        return refit_many("semisupervised", point_votes, [s[0] for s in samples], vM, labeled_samples=labeled,
+                          M_l=probe_M, options=options)
+    raise ValueError(f"parameter_draws: calibration method {fit_as!r} has no exchangeable-vote estimator")
 
 
 def jeffreys_draws(cal, n_boot: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -121,15 +157,17 @@ def jeffreys_draws(cal, n_boot: int, seed: int = 0) -> dict[str, np.ndarray]:
 def instance_draws(folds, per_fold: list) -> dict[str, np.ndarray]:
     """Each cross-fit fold's draws {name: [n_boot]} (``per_fold[f]``, :func:`parameter_draws` of the fold's
     training instances) mapped to the instances: {name: [n_boot, N]} (instance i's draws come from the fit that
-    scores it, fold ``folds[i]``)."""
-    return {name: np.stack([d[name] for d in per_fold], axis=1)[:, np.asarray(folds)] for name in PARAM_NAMES}
+    scores it, fold ``folds[i]``); phi0, phi1 too where the draws hold them."""
+    return {name: np.stack([d[name] for d in per_fold], axis=1)[:, np.asarray(folds)] for name in per_fold[0]}
 
 
 def gain_paths(S, M: int, params: dict) -> np.ndarray:
-    """G_k (Eq. 6) along each frozen trajectory [N, K+1] under stationary ``params`` (scalars or [N] arrays)."""
+    """G_k (Eq. 6) along each frozen trajectory [N, K+1] under stationary ``params`` (scalars or [N] arrays); with
+    phi0, phi1 in ``params``, beliefs from Eq. 5's exchangeable-vote likelihood."""
     S = np.asarray(S)
     n = S.shape[0]
-    b, _ = filter_beliefs(S, M, params["rho0"], params["rho1"], params["alpha"], params["beta"], params["pi"])
+    b, _ = filter_beliefs(S, M, params["rho0"], params["rho1"], params["alpha"], params["beta"], params["pi"],
+                          params.get("phi0"), params.get("phi1"))
     a = np.broadcast_to(np.asarray(params["alpha"], float), (n,))[:, None]
     be = np.broadcast_to(np.asarray(params["beta"], float), (n,))[:, None]
     return gain(b, a, be)
@@ -142,7 +180,7 @@ def gain_draws(S, M: int, draws: dict) -> np.ndarray:
     n, rounds = S.shape
     n_boot = np.shape(draws["rho0"])[0]
     flat = {name: np.broadcast_to(np.asarray(draws[name], float).reshape(n_boot, -1), (n_boot, n)).ravel()
-            for name in PARAM_NAMES}
+            for name in PARAM_NAMES + tuple(k for k in CORRELATION_NAMES if k in draws)}
     return gain_paths(np.tile(S, (n_boot, 1)), M, flat).reshape(n_boot, n, rounds)
 
 

@@ -43,6 +43,9 @@ class VoteNoiseFit:
     method: str = ""
     converged: bool = True
     n_iter: int = 0
+    # intra-plan vote correlation per class (exchangeable-vote fits, ``vrr.calibration.correlated``); None: binomial
+    phi0: float | None = None
+    phi1: float | None = None
 
     @property
     def youden_j(self) -> float:

@@ -15,6 +15,7 @@ _NAMES = {
     "population_fixed_point": "model",
     "class_accept_rates": "model",
     "vote_log_likelihoods": "belief",
+    "exchangeable_vote_log_likelihood": "belief",
     "belief_update": "belief",
     "predict": "belief",
     "gain": "belief",

@@ -1,7 +1,9 @@
 """Belief filtering and the stopping boundary (Sec. 4.1, Eqs. 5-7; App. A "Belief Recursion").
 
 All functions are vectorized over instances (NumPy broadcasting) and work in log space so that
-rho0, rho1 equal to 0 or 1 are handled exactly.
+rho0, rho1 equal to 0 or 1 are handled exactly. Eq. 5's likelihood is the paper's binomial (votes independent
+given the plan's validity) unless the intra-plan vote correlations phi0, phi1 are given: then the votes on one
+plan are exchangeable and S is beta-binomial (:func:`exchangeable_vote_log_likelihood`).
 """
 from __future__ import annotations
 
@@ -11,13 +13,21 @@ from scipy.special import expit, xlogy
 from ..common import fpmath
 
 
-def vote_log_likelihoods(S, M: int, rho0, rho1):
-    """Log-likelihood of S accepts out of M under y=1 and under y=0, without the binomial
-    coefficient (it cancels in Eq. 5).
+def vote_log_likelihoods(S, M: int, rho0, rho1, phi0=None, phi1=None):
+    """Log-likelihood of S accepts out of M under y=1 and under y=0 (the likelihood of Eq. 5), without the
+    binomial coefficient (it cancels in Eq. 5).
 
-    Returns ``(loglik_valid, loglik_invalid)``: S log(1-rho1) + (M-S) log(rho1) and
-    S log(rho0) + (M-S) log(1-rho0). ``xlogy`` makes 0 * log(0) = 0.
+    Returns ``(loglik_valid, loglik_invalid)``. With ``phi0`` and ``phi1`` None, the paper's independent votes:
+    S log(1-rho1) + (M-S) log(rho1) and S log(rho0) + (M-S) log(1-rho0); ``xlogy`` makes 0 * log(0) = 0.
+    With ``phi0`` and ``phi1`` given, exchangeable votes (:func:`exchangeable_vote_log_likelihood`): a plan of
+    class c has its own acceptance rate, Beta with mean 1-rho1 (valid) or rho0 (invalid) and intra-plan vote
+    correlation phi1 or phi0, so S is beta-binomial. phi = 0 is the binomial.
     """
+    if (phi0 is None) != (phi1 is None):
+        raise ValueError("vote_log_likelihoods: give both phi0 and phi1 (exchangeable votes) or neither (binomial)")
+    if phi0 is not None:
+        return (exchangeable_vote_log_likelihood(S, M, 1.0 - np.asarray(rho1, dtype=float), phi1),
+                exchangeable_vote_log_likelihood(S, M, rho0, phi0))
     S = np.asarray(S, dtype=float)
     rho0 = np.asarray(rho0, dtype=float)
     rho1 = np.asarray(rho1, dtype=float)
@@ -27,16 +37,46 @@ def vote_log_likelihoods(S, M: int, rho0, rho1):
     return ll_valid, ll_invalid
 
 
-def belief_update(prior, S, M: int, rho0, rho1):
+def exchangeable_vote_log_likelihood(S, M: int, accept_mean, phi):
+    """log BetaBinomial(S; M, a, b) - log C(M, S), the exchangeable-vote likelihood of Eq. 5 for one class.
+
+    The plan's acceptance rate is Beta(a, b) with mean mu = a / (a + b) (``accept_mean``) and intra-plan vote
+    correlation phi = 1 / (a + b + 1). With theta = phi / (1 - phi) = 1 / (a + b),
+
+        B(S + a, M - S + b) / B(a, b) = prod_{i<S} (mu + i theta) prod_{j<M-S} (1 - mu + j theta)
+                                        / prod_{t<M} (1 + t theta),
+
+    a form that is exact at phi = 0 (the binomial mu^S (1-mu)^(M-S)) and at mu in {0, 1}, where the gamma
+    functions of a and b overflow or cancel. Logs come from ``vrr.common.fpmath`` (the same bits on every CPU).
+    phi must lie in [0, 1); broadcasts over S, mean and phi.
+    """
+    S = np.asarray(S, dtype=float)
+    mu = np.asarray(accept_mean, dtype=float)
+    phi = np.asarray(phi, dtype=float)
+    if np.any(phi < 0) or np.any(phi >= 1) or np.any(np.isnan(phi)):
+        raise ValueError("exchangeable_vote_log_likelihood: the vote correlation phi must lie in [0, 1)")
+    theta = phi / (1.0 - phi)
+    shape = np.broadcast_shapes(S.shape, mu.shape, theta.shape)
+    out = np.zeros(shape)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for i in range(M):
+            accept = fpmath.log(mu + i * theta)
+            reject = fpmath.log((1.0 - mu) + i * theta)
+            out = out + np.where(i < S, accept, 0.0) + np.where(i < M - S, reject, 0.0) - fpmath.log1p(i * theta)
+    return out
+
+
+def belief_update(prior, S, M: int, rho0, rho1, phi0=None, phi1=None):
     """Observation update, Eq. 5 (belief update).
 
     b_k = b^- (1-rho1)^S rho1^(M-S) / [b^- (1-rho1)^S rho1^(M-S) + (1-b^-) rho0^S (1-rho0)^(M-S)].
 
-    Computed as a logistic of the log-odds. If the votes are impossible under both classes
-    (e.g. rho0 = 0 and rho1 = 1 with 0 < S < M) the observation carries no usable evidence and
-    the prior is returned unchanged.
+    With ``phi0``, ``phi1`` the exchangeable-vote likelihood replaces the binomial one (Eq. 5, belief update,
+    exchangeable-vote likelihood; :func:`vote_log_likelihoods`). Computed as a logistic of the log-odds. If the
+    votes are impossible under both classes (e.g. rho0 = 0 and rho1 = 1 with 0 < S < M) the observation carries
+    no usable evidence and the prior is returned unchanged.
     """
-    return posterior_from_log_likelihoods(prior, *vote_log_likelihoods(S, M, rho0, rho1))
+    return posterior_from_log_likelihoods(prior, *vote_log_likelihoods(S, M, rho0, rho1, phi0, phi1))
 
 
 def posterior_from_log_likelihoods(prior, ll_valid, ll_invalid):
@@ -106,9 +146,10 @@ def per_round(param, n: int, rounds: int, k: int):
     return param
 
 
-def filter_beliefs(S, M: int, rho0, rho1, alpha, beta, pi):
+def filter_beliefs(S, M: int, rho0, rho1, alpha, beta, pi, phi0=None, phi1=None):
     """Run the update-predict recursion over a whole frozen trajectory: Eq. 5 and the predict step of Sec. 4.1
-    (the b_{k+1}^- of Eq. 6).
+    (the b_{k+1}^- of Eq. 6). ``phi0``, ``phi1``: Eq. 5 with the exchangeable-vote likelihood
+    (:func:`vote_log_likelihoods`); None, the paper's binomial.
 
     ``S`` has shape [N, K+1]; parameters broadcast against [N] (per-instance parameters, as
     under cross-fitting, are arrays of length N). ``alpha`` and ``beta`` may also be [N, K+1]
@@ -123,6 +164,6 @@ def filter_beliefs(S, M: int, rho0, rho1, alpha, beta, pi):
     prior = np.broadcast_to(np.asarray(pi, dtype=float), (n,)).astype(float)
     for k in range(rounds):
         b_minus[:, k] = prior
-        b[:, k] = belief_update(prior, S[:, k], M, rho0, rho1)
+        b[:, k] = belief_update(prior, S[:, k], M, rho0, rho1, phi0, phi1)
         prior = predict(b[:, k], per_round(alpha, n, rounds, k), per_round(beta, n, rounds, k))
     return b, b_minus

@@ -33,6 +33,7 @@ class ReplayConfig:
     seed: int = 0
     method: str = "binomial_em"        # vote-noise estimator: vrr.settings.CALIBRATION_METHODS
     vote_rounds: str = "first"         # EM input: round-0 votes ("first"), all rounds, or the probe
+    likelihood: str = "binomial"       # Eq. 5's vote likelihood: vrr.settings.CALIBRATION_LIKELIHOODS
     n_calib: int | None = None         # subsample the calibration folds (App. I ablation)
     max_pairs: int | None = 300        # labeled transition pairs behind alpha, beta (App. B)
     estimator: EstimatorOptions = EstimatorOptions()  # EM restarts, tolerance, iterations, BB cap
@@ -44,6 +45,11 @@ class ReplayConfig:
     j_min: float = 0.10                # Algorithm 1 mode switch
     tpm: str = "auto"                  # "true" (simulated meta), "labeled" (cross-fit labeled MLE), or "auto"
 
+    def __post_init__(self) -> None:
+        from ..calibration.correlated import check_likelihood
+
+        check_likelihood(self.likelihood)
+
     def as_dict(self) -> dict:
         return asdict(self)
 
@@ -53,7 +59,8 @@ class ReplayConfig:
         (and may override a calibration field); a ``None`` value keeps the setting's."""
         cal = cfg["calibration"]
         base = dict(n_folds=cal["n_folds"], method=cal["method"], vote_rounds=cal["vote_rounds"],
-                    max_pairs=cal["max_pairs"], estimator=EstimatorOptions.from_setting(cal))
+                    likelihood=cal.get("likelihood", "binomial"), max_pairs=cal["max_pairs"],
+                    estimator=EstimatorOptions.from_setting(cal))
         base.update({k: v for k, v in params.items() if v is not None})
         return cls(**base)
 
@@ -72,7 +79,7 @@ class ReplayConfig:
         return replace(self, **params)
 
 
-CALIBRATION_FIELDS = ("n_folds", "seed", "method", "vote_rounds", "n_calib", "max_pairs", "estimator")
+CALIBRATION_FIELDS = ("n_folds", "seed", "method", "vote_rounds", "likelihood", "n_calib", "max_pairs", "estimator")
 
 
 @dataclass
@@ -97,15 +104,27 @@ def _tpm_uses_truth(setting: Setting, config: ReplayConfig) -> bool:
 
 
 def _tpm_crossfit(setting: Setting, config: ReplayConfig) -> CrossFit:
-    """The labeled oracle: labeled MLE on all rounds of the other folds, same fold split."""
+    """The labeled oracle: labeled MLE on all rounds of the other folds, same fold split, under the config's vote
+    likelihood (with beta_binomial, each class's phi too)."""
     return crossfit(setting.S, setting.y, setting.M, method="labeled_mle", n_folds=config.n_folds,
-                    seed=config.seed, vote_rounds="all", max_pairs=None)
+                    seed=config.seed, vote_rounds="all", max_pairs=None, likelihood=config.likelihood)
+
+
+def _true_correlations(setting: Setting, config: ReplayConfig) -> dict:
+    """The simulation's true phi0 = phi1 under the exchangeable-vote likelihood: 1 / (c + 1) for a judge of
+    concentration c (``vrr.data.simulate``), 0 for independent votes; nothing under the binomial."""
+    if config.likelihood == "binomial":
+        return {}
+    c = setting.meta.get("judge_concentration")
+    phi = 0.0 if c is None else 1.0 / (float(c) + 1.0)
+    return {"phi0": phi, "phi1": phi}
 
 
 def _tpm_params(setting: Setting, config: ReplayConfig) -> tuple[dict, str]:
     if _tpm_uses_truth(setting, config):
         truth = setting.meta["true_params"]
-        return {k: float(truth[k]) for k in ("rho0", "rho1", "alpha", "beta", "pi")}, "true parameters"
+        return ({**{k: float(truth[k]) for k in ("rho0", "rho1", "alpha", "beta", "pi")},
+                 **_true_correlations(setting, config)}, "true parameters")
     return _tpm_crossfit(setting, config).as_kwargs(), "labeled estimates (cross-fit)"
 
 
@@ -122,12 +141,13 @@ def _tpm_round_params(setting: Setting, config: ReplayConfig) -> tuple[dict, str
         else:
             a, b = (np.full((n, rounds), float(truth[k])) for k in ("alpha", "beta"))
         return {"rho0": float(truth["rho0"]), "rho1": float(truth["rho1"]), "pi": float(truth["pi"]),
-                "alpha_t": a, "beta_t": b}, "true parameters"
+                "alpha_t": a, "beta_t": b, **_true_correlations(setting, config)}, "true parameters"
     from ..calibration.round_dynamics import crossfit_round_rates
     cf = _tpm_crossfit(setting, config)
     est = cf.as_kwargs()
     a, b, _ = crossfit_round_rates(setting.y, cf, max_pairs=None, seed=config.seed)
-    return {"rho0": est["rho0"], "rho1": est["rho1"], "pi": est["pi"], "alpha_t": a, "beta_t": b}, \
+    phi = {k: est[k] for k in ("phi0", "phi1") if k in est}
+    return {"rho0": est["rho0"], "rho1": est["rho1"], "pi": est["pi"], "alpha_t": a, "beta_t": b, **phi}, \
         "labeled estimates (cross-fit, per round)"
 
 
@@ -177,7 +197,7 @@ def fold_parameter_draws(setting: Setting, cf: CrossFit, fold: int | None, confi
     return parameter_draws(setting.S[train], setting.y[train], setting.M, seed=config.seed + (0 if fold is None else fold),
                            method=config.method, vote_rounds=config.vote_rounds, max_pairs=config.max_pairs,
                            options=config.estimator, point=cf.fits[fold] if fold is not None else point,
-                           **probe_kwargs(setting, config))
+                           likelihood=config.likelihood, **probe_kwargs(setting, config))
 
 
 def algorithm1_inputs(setting: Setting, cf: CrossFit, config: ReplayConfig) -> dict:
@@ -222,7 +242,7 @@ def fit_calibration(setting: Setting, config: ReplayConfig) -> CrossFit:
     probe = probe_kwargs(setting, config)
     return crossfit(setting.S, setting.y, setting.M, method=config.method, n_folds=config.n_folds, seed=config.seed,
                     vote_rounds=config.vote_rounds, n_calib=config.n_calib, max_pairs=config.max_pairs,
-                    options=config.estimator, **probe)
+                    options=config.estimator, likelihood=config.likelihood, **probe)
 
 
 def replay(setting: Setting, config: ReplayConfig = ReplayConfig(),
@@ -230,7 +250,9 @@ def replay(setting: Setting, config: ReplayConfig = ReplayConfig(),
     """Run the policies on one setting (App. A definitions, App. B cross-fitting).
 
     ``calibration``: the cross-fit saved by 03_calibrate (``load_calibration``); without it the
-    calibration is fit here with ``config``.
+    calibration is fit here with ``config``. ``config.likelihood="beta_binomial"``: every filtering policy
+    (VRR-Stop, its variants, Algorithm 1 and its radius, the TPM reference) updates beliefs by Eq. 5 with the
+    exchangeable-vote likelihood, with phi0, phi1 from the same calibration.
     """
     S, y, M = setting.S, setting.y, setting.M
     k_max = setting.k_max
@@ -238,6 +260,9 @@ def replay(setting: Setting, config: ReplayConfig = ReplayConfig(),
         raise ValueError(f"setting {setting.name}: the calibration has {calibration.folds.size} instances, "
                          f"the arrays {S.shape[0]}")
     cf = calibration if calibration is not None else fit_calibration(setting, config)
+    if cf.likelihood != config.likelihood:
+        raise ValueError(f"setting {setting.name}: the calibration was fit under the {cf.likelihood!r} vote "
+                         f"likelihood, the config asks for {config.likelihood!r}")
     est = cf.as_kwargs()
     out: dict[str, P.PolicyOutcome] = {}
     extras: dict = {}
@@ -283,7 +308,8 @@ def replay(setting: Setting, config: ReplayConfig = ReplayConfig(),
             from ..calibration.round_dynamics import crossfit_round_rates
             alpha_t, beta_t, fits = crossfit_round_rates(y, cf, max_pairs=config.max_pairs, seed=config.seed)
             extras["round_rates_per_fold"] = [f.as_dict() for f in fits]
-            out[name] = P.vrr_stop_t(S, M, est["rho0"], est["rho1"], alpha_t, beta_t, est["pi"], tau=config.tau)
+            out[name] = P.vrr_stop_t(S, M, est["rho0"], est["rho1"], alpha_t, beta_t, est["pi"], tau=config.tau,
+                                     phi0=est.get("phi0"), phi1=est.get("phi1"))
         elif name == "TPM-t":
             params, extras["tpm_t_source"] = _tpm_round_params(setting, config)
             out[name] = P.vrr_stop_t(S, M, tau=config.tau, **params)
@@ -367,6 +393,9 @@ def controller_parameters(path: str | os.PathLike, fold: int | None = None, arra
 
     path = Path(path)
     cf, config = load_calibration(path)
+    if config.likelihood != "binomial":
+        raise ValueError(f"{path}: field 'config.likelihood': the online controller filters votes with the binomial "
+                         f"likelihood of Eq. 5; this calibration was fit under {config.likelihood!r}")
     saved = read_json(path)
     config = config.with_policy(**{k: options.pop(k) for k in ("delta", "tau", "j_min", "eta") if k in options})
     setting = arrays if isinstance(arrays, Setting) else None

@@ -135,29 +135,32 @@ def _rate_matrix(param, n: int, rounds: int) -> np.ndarray:
     return np.broadcast_to(np.broadcast_to(param, (n,))[:, None], (n, rounds))
 
 
-def vrr_stop(S, M: int, rho0, rho1, alpha, beta, pi, tau: float = 0.0) -> PolicyOutcome:
+def vrr_stop(S, M: int, rho0, rho1, alpha, beta, pi, tau: float = 0.0, phi0=None, phi1=None) -> PolicyOutcome:
     """VRR-Stop (Sec. 4.1, Eqs. 5-7): filter votes into b_k, commit p_k at the first round with
     G_k = (1-b_k) alpha - b_k beta <= tau (no repair at all when alpha <= tau), else at K_max.
 
     Parameters may be scalars or per-instance arrays (cross-fitting). ``alpha`` and ``beta`` may also be
     [N, K+1] round-dependent rates alpha_t, beta_t (column k: the repair after round k), the VRR-Stop-t
     variant (``vrr.calibration.round_dynamics``). With the true parameters this is the TPM reference.
+    ``phi0``, ``phi1`` (scalars or [N]): Eq. 5 with the exchangeable-vote likelihood (belief update, beta-binomial
+    votes with intra-plan correlation phi); None, the paper's binomial.
     """
     S = np.asarray(S)
-    b, _ = filter_beliefs(S, M, rho0, rho1, alpha, beta, pi)
+    b, _ = filter_beliefs(S, M, rho0, rho1, alpha, beta, pi, phi0, phi1)
     alpha_m = _rate_matrix(alpha, *b.shape)
     beta_m = _rate_matrix(beta, *b.shape)
     commit_now = stop_commits(gain(b, alpha_m, beta_m), alpha_m, tau)
     return _stopping(_first_true_or_last(commit_now))
 
 
-def vrr_stop_t(S, M: int, rho0, rho1, alpha_t, beta_t, pi, tau: float = 0.0) -> PolicyOutcome:
+def vrr_stop_t(S, M: int, rho0, rho1, alpha_t, beta_t, pi, tau: float = 0.0, phi0=None,
+               phi1=None) -> PolicyOutcome:
     """VRR-Stop-t: VRR-Stop (Eqs. 5-7) with round-dependent repair rates alpha_t, beta_t ([N, K+1], column t
     the repair after round t; ``vrr.calibration.round_dynamics.crossfit_round_rates``) in the predict step
-    and in the gain G_k = (1 - b_k) alpha_k - b_k beta_k (Eq. 6)."""
+    and in the gain G_k = (1 - b_k) alpha_k - b_k beta_k (Eq. 6); ``phi0``, ``phi1`` as in :func:`vrr_stop`."""
     if np.ndim(alpha_t) != 2 or np.ndim(beta_t) != 2:
         raise ValueError("vrr_stop_t: alpha_t and beta_t must be [N, K+1] arrays")
-    return vrr_stop(S, M, rho0, rho1, alpha_t, beta_t, pi, tau)
+    return vrr_stop(S, M, rho0, rho1, alpha_t, beta_t, pi, tau, phi0, phi1)
 
 
 def vrr_guard(S, delta: int = 5) -> PolicyOutcome:
@@ -173,7 +176,7 @@ def hindsight_best(y) -> PolicyOutcome:
 
 
 def algorithm1(S, M: int, rho0, rho1, alpha, beta, pi, radius, stop_mode,
-               delta: int = 5, tau: float = 0.0, radius_low=None) -> PolicyOutcome:
+               delta: int = 5, tau: float = 0.0, radius_low=None, phi0=None, phi1=None) -> PolicyOutcome:
     """Algorithm 1 (App. A): VRR-Stop with the guarded fallback, both modes.
 
     ``stop_mode`` (bool, scalar or per instance) is the J_min switch: True where the labeled
@@ -182,12 +185,13 @@ def algorithm1(S, M: int, rho0, rho1, alpha, beta, pi, radius, stop_mode,
     G-hat_k + B_k <= tau; when G-hat_k - B_k <= tau (sign not identifiable, Eq. 8) the instance
     switches to Guard mode for the rest of its trajectory. At K_max, Stop mode commits p_K and
     Guard mode commits the keep-best incumbent (Eq. 9). ``radius_low`` ([N, K+1]): the radius below
-    G-hat_k where it differs from the one above (``radius``); see :func:`algorithm1_step`.
+    G-hat_k where it differs from the one above (``radius``); see :func:`algorithm1_step`. ``phi0``, ``phi1``:
+    Eq. 5 with the exchangeable-vote likelihood, as in :func:`vrr_stop`.
     """
     S = np.asarray(S)
     n, rounds = S.shape
     k_max = rounds - 1
-    b, _ = filter_beliefs(S, M, rho0, rho1, alpha, beta, pi)
+    b, _ = filter_beliefs(S, M, rho0, rho1, alpha, beta, pi, phi0, phi1)
     alpha_col = np.broadcast_to(np.asarray(alpha, dtype=float), (n,))[:, None]
     beta_col = np.broadcast_to(np.asarray(beta, dtype=float), (n,))[:, None]
     g_hat = gain(b, alpha_col, beta_col)
