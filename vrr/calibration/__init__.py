@@ -15,6 +15,7 @@ from .estimators import (  # noqa: F401
     labeled_mle,
     beta_binomial_em,
     fit_vote_noise,
+    fit_exchangeable_votes,
     labeled_subset,
     transition_rates,
     defined_rate,
@@ -29,7 +30,6 @@ from .correlated import (  # noqa: F401
     LIKELIHOODS,
     labeled_bb_mle,
     semisupervised_bb,
-    fit_correlated_votes,
 )
 from .identifiability import (  # noqa: F401
     PARAM_NAMES,

@@ -12,8 +12,8 @@ fit on the probe's M_l = 16 votes per plan apply to the window's M = 8.
         l = sum_unlabeled log[w BB(S; M, mu1, phi1) + (1 - w) BB(S; M, mu0, phi0)]
             + sum_labeled-valid log BB(S; M_l, mu1, phi1) + sum_labeled-invalid log BB(S; M_l, mu0, phi0);
 
-  * the label-free capped mixture is ``estimators.beta_binomial_em`` (App. I "BB-EM"); ``beta_binomial_em_many``
-    refits it on bootstrap resamples.
+  * the label-free capped mixture is ``estimators.beta_binomial_em`` (App. I "BB-EM"); ``refit_many`` refits it,
+    and the two above, on bootstrap resamples.
 
 The likelihoods have no closed-form maximizer; they are maximized by Nelder-Mead over logit-scaled parameters,
 which only compares likelihood values, so the fit is the same on every CPU (docs/integrity.md). Here many fits
@@ -27,6 +27,7 @@ import numpy as np
 from scipy import special
 
 from ..common import fpmath
+from .mixture import VoteNoiseFit
 
 LIKELIHOODS = ("binomial", "beta_binomial")
 PHI_MAX = 0.99        # phi -> 1: every vote on a plan agrees; the labels pin the classes, so no tighter cap is needed
@@ -192,8 +193,6 @@ def labeled_bb_many(hists, M: int, start=None, tol: dict = POINT_TOL) -> dict[st
 def labeled_bb_mle(S, y, M: int):
     """Labeled exchangeable-vote MLE (Eq. 5's beta-binomial likelihood): per class the (mean, phi) of labeled
     plans' accept counts S of M votes; rho1 = 1 - mean_valid, rho0 = mean_invalid. A class without plans gets NaN."""
-    from .mixture import VoteNoiseFit
-
     S = np.asarray(S).ravel()
     y = np.asarray(y).ravel().astype(bool)
     if S.shape != y.shape:
@@ -286,8 +285,6 @@ def semisupervised_bb(S_unlabeled, M: int, S_labeled, y_labeled, M_labeled: int,
     """Semi-supervised exchangeable-vote mixture (module docstring; Eq. 5's beta-binomial likelihood with the
     probe's labeled plans entering with their class fixed). Returns a ``VoteNoiseFit`` with phi0, phi1 and method
     "semisupervised_bb"."""
-    from .mixture import VoteNoiseFit
-
     S_u = np.asarray(S_unlabeled).ravel()
     S_l = np.asarray(S_labeled).ravel()
     y_l = np.asarray(y_labeled).ravel().astype(bool)
@@ -307,40 +304,14 @@ def semisupervised_bb(S_unlabeled, M: int, S_labeled, y_labeled, M_labeled: int,
                         n_iter=int(fit["n_iter"][0]), phi0=float(fit["phi0"][0]), phi1=float(fit["phi1"][0]))
 
 
-# ---------------------------------------------------------------- dispatch and bootstrap refits
-def fit_correlated_votes(method: str, S, M: int, y=None, labeled=None, options=None, seed: int = 0):
-    """The exchangeable-vote counterpart of ``estimators.fit_vote_noise``: (rho0, rho1, phi0, phi1) by
-    ``method``: ``labeled_mle`` (per-class beta-binomial MLE, labels ``y``), ``binomial_em`` and
-    ``beta_binomial_em`` (the label-free capped mixture, App. I), ``semisupervised_em`` (``labeled`` =
-    (S_l, y_l, M_l))."""
-    from .estimators import EstimatorOptions, beta_binomial_em
-
-    options = EstimatorOptions() if options is None else options
-    if method == "labeled_mle":
-        if y is None:
-            raise ValueError("labeled_mle needs labels y")
-        return labeled_bb_mle(S, y, M)
-    if method in ("binomial_em", "beta_binomial_em"):
-        return beta_binomial_em(S, M, phi_cap=options.bb_phi_cap, n_restarts=options.bb_restarts, seed=seed)
-    if method == "semisupervised_em":
-        if labeled is None:
-            raise ValueError("semisupervised_em needs labeled plans (a probe with labels)")
-        S_l, y_l, M_l = labeled
-        return semisupervised_bb(S, M, S_l, y_l, int(M_l), n_restarts=min(options.em_restarts, 4), seed=seed)
-    raise ValueError(f"calibration method {method!r} has no exchangeable-vote (beta_binomial) estimator; "
-                     "choose binomial_em, beta_binomial_em, labeled_mle, semisupervised_em or semisupervised_checked")
-
-
+# ---------------------------------------------------------------- bootstrap refits
 def refit_many(kind: str, point, samples, M: int, labeled_samples=None, M_l: int | None = None,
-               options=None) -> list:
+               phi_cap: float = 0.3) -> list:
     """Exchangeable-vote fits of many resamples (the bootstrap behind B_k), each started from the point fit
     ``point`` (a ``VoteNoiseFit`` with phi0, phi1) and run as one batch. ``kind``: "labeled" (``samples`` are
     (S, y) pairs), "label_free" (the capped mixture; ``samples`` are count arrays) or "semisupervised"
-    (``samples`` count arrays, ``labeled_samples`` (S_l, y_l) pairs of M_l votes)."""
-    from .estimators import EstimatorOptions
-    from .mixture import VoteNoiseFit
-
-    options = EstimatorOptions() if options is None else options
+    (``samples`` count arrays, ``labeled_samples`` (S_l, y_l) pairs of M_l votes). ``phi_cap``: the label-free
+    mixture's cap on phi (App. I)."""
     n = len(samples)
     if kind == "labeled":
         S_y = [(np.asarray(S).ravel(), np.asarray(y).ravel().astype(bool)) for S, y in samples]
@@ -352,7 +323,7 @@ def refit_many(kind: str, point, samples, M: int, labeled_samples=None, M_l: int
         return [VoteNoiseFit(rho0=float(fit["mean"][n + b]), rho1=float(1 - fit["mean"][b]),
                              weight_valid=float(y.mean()) if y.size else 0.0, method="labeled_bb_mle",
                              phi0=float(fit["phi"][n + b]), phi1=float(fit["phi"][b])) for b, (_, y) in enumerate(S_y)]
-    cap = options.bb_phi_cap if kind == "label_free" else PHI_MAX
+    cap = phi_cap if kind == "label_free" else PHI_MAX
     phi = [np.clip(point.phi1, 1e-4, cap * (1 - 1e-4)), np.clip(point.phi0, 1e-4, cap * (1 - 1e-4))]
     start = _pack(point.weight_valid, 1 - point.rho1, phi[0], point.rho0, phi[1], cap)
     starts = np.broadcast_to(start, (n, 1, 5))

@@ -216,13 +216,11 @@ def fit_vote_noise(method: str, S, M: int, y=None, seed: int = 0,
                    likelihood: str = "binomial") -> VoteNoiseFit:
     """Dispatch to one of ``VOTE_METHODS``; ``labeled_mle`` needs labels ``y``; ``semisupervised_em`` takes ``S``
     as unlabeled counts and ``labeled = (S_l, y_l, M_l)``, the labeled plans that enter with their class fixed.
+
     ``likelihood="beta_binomial"``: the method's exchangeable-vote estimator (``vrr.calibration.correlated``),
     which also fits phi0, phi1."""
     if likelihood != "binomial":
-        from .correlated import check_likelihood, fit_correlated_votes
-
-        check_likelihood(likelihood)
-        return fit_correlated_votes(method, S, M, y=y, labeled=labeled, options=options, seed=seed)
+        return fit_exchangeable_votes(method, S, M, y=y, seed=seed, options=options, labeled=labeled)
     if method == "semisupervised_em":
         from .semisupervised import semisupervised_em
 
@@ -243,6 +241,28 @@ def fit_vote_noise(method: str, S, M: int, y=None, seed: int = 0,
     if method == "beta_binomial_em":
         return beta_binomial_em(S, M, phi_cap=options.bb_phi_cap, n_restarts=options.bb_restarts, seed=seed)
     raise ValueError(f"unknown calibration method {method!r}; choose one of {VOTE_METHODS}")
+
+
+def fit_exchangeable_votes(method: str, S, M: int, y=None, seed: int = 0,
+                           options: EstimatorOptions = EstimatorOptions(), labeled=None) -> VoteNoiseFit:
+    """The exchangeable-vote (beta-binomial) estimator of ``method``, with phi0, phi1: ``labeled_mle`` the
+    per-class MLE (labels ``y``), ``binomial_em`` and ``beta_binomial_em`` the label-free capped mixture (App. I),
+    ``semisupervised_em`` the mixture with the labeled plans ``labeled = (S_l, y_l, M_l)`` (vrr.calibration.correlated)."""
+    from .correlated import labeled_bb_mle, semisupervised_bb
+
+    if method == "labeled_mle":
+        if y is None:
+            raise ValueError("labeled_mle needs labels y")
+        return labeled_bb_mle(S, y, M)
+    if method in ("binomial_em", "beta_binomial_em"):
+        return beta_binomial_em(S, M, phi_cap=options.bb_phi_cap, n_restarts=options.bb_restarts, seed=seed)
+    if method == "semisupervised_em":
+        if labeled is None:
+            raise ValueError("semisupervised_em needs labeled plans (a probe with labels)")
+        S_l, y_l, M_l = labeled
+        return semisupervised_bb(S, M, S_l, y_l, int(M_l), n_restarts=min(options.em_restarts, 4), seed=seed)
+    raise ValueError(f"calibration method {method!r} has no exchangeable-vote (beta_binomial) estimator; choose "
+                     "binomial_em, beta_binomial_em, labeled_mle, semisupervised_em or semisupervised_checked")
 
 
 def labeled_subset(n: int, max_labels: int | None, seed: int = 0) -> np.ndarray:
@@ -454,6 +474,7 @@ def crossfit(S, y, M: int, method: str = "binomial_em", n_folds: int = 5, seed: 
              max_pairs: int | None = MAX_TRANSITION_PAIRS,
              options: EstimatorOptions = EstimatorOptions(), likelihood: str = "binomial") -> CrossFit:
     """Five-fold cross-fitting (App. B): fold f is scored with parameters fit on the other folds.
+
     ``likelihood``: Eq. 5's vote likelihood, "binomial" (the paper's) or "beta_binomial" (exchangeable votes).
 
     ``n_calib`` subsamples each training set (seeded) for the N_calib ablation (App. I).

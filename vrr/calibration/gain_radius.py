@@ -126,15 +126,15 @@ def _correlated_votes(fit_as: str, point_votes, S, y, M: int, reps, probe_reps, 
     samples = [sample(idx, p) for idx, p in zip(reps, probe_reps)]
     vM = samples[0][2] if samples else M
     if fit_as in ("binomial_em", "beta_binomial_em"):
-        return refit_many("label_free", point_votes, [s[0] for s in samples], vM, options=options)
+        return refit_many("label_free", point_votes, [s[0] for s in samples], vM, phi_cap=options.bb_phi_cap)
     if fit_as == "labeled_mle":
-        return refit_many("labeled", point_votes, [(s[0], s[1]) for s in samples], vM, options=options)
+        return refit_many("labeled", point_votes, [(s[0], s[1]) for s in samples], vM)
     labeled = [(np.asarray(probe_S)[p], np.asarray(probe_y)[p]) for p in probe_reps]
     if fit_as == "labeled_probe":
-        return refit_many("labeled", point_votes, labeled, probe_M, options=options)
+        return refit_many("labeled", point_votes, labeled, probe_M)
     if fit_as == "semisupervised_em":
         return refit_many("semisupervised", point_votes, [s[0] for s in samples], vM, labeled_samples=labeled,
-                          M_l=probe_M, options=options)
+                          M_l=probe_M)
     raise ValueError(f"parameter_draws: calibration method {fit_as!r} has no exchangeable-vote estimator")
 
 

@@ -14,8 +14,8 @@ from ..common import fpmath
 
 
 def vote_log_likelihoods(S, M: int, rho0, rho1, phi0=None, phi1=None):
-    """Log-likelihood of S accepts out of M under y=1 and under y=0 (the likelihood of Eq. 5), without the
-    binomial coefficient (it cancels in Eq. 5).
+    """Log-likelihood of S accepts out of M under y=1 and under y=0, without the binomial coefficient (it
+    cancels in Eq. 5).
 
     Returns ``(loglik_valid, loglik_invalid)``. With ``phi0`` and ``phi1`` None, the paper's independent votes:
     S log(1-rho1) + (M-S) log(rho1) and S log(rho0) + (M-S) log(1-rho0); ``xlogy`` makes 0 * log(0) = 0.
@@ -148,8 +148,10 @@ def per_round(param, n: int, rounds: int, k: int):
 
 def filter_beliefs(S, M: int, rho0, rho1, alpha, beta, pi, phi0=None, phi1=None):
     """Run the update-predict recursion over a whole frozen trajectory: Eq. 5 and the predict step of Sec. 4.1
-    (the b_{k+1}^- of Eq. 6). ``phi0``, ``phi1``: Eq. 5 with the exchangeable-vote likelihood
-    (:func:`vote_log_likelihoods`); None, the paper's binomial.
+    (the b_{k+1}^- of Eq. 6).
+
+    ``phi0``, ``phi1``: Eq. 5 with the exchangeable-vote likelihood (:func:`vote_log_likelihoods`); None, the
+    paper's binomial.
 
     ``S`` has shape [N, K+1]; parameters broadcast against [N] (per-instance parameters, as
     under cross-fitting, are arrays of length N). ``alpha`` and ``beta`` may also be [N, K+1]

@@ -157,7 +157,9 @@ def vrr_stop_t(S, M: int, rho0, rho1, alpha_t, beta_t, pi, tau: float = 0.0, phi
                phi1=None) -> PolicyOutcome:
     """VRR-Stop-t: VRR-Stop (Eqs. 5-7) with round-dependent repair rates alpha_t, beta_t ([N, K+1], column t
     the repair after round t; ``vrr.calibration.round_dynamics.crossfit_round_rates``) in the predict step
-    and in the gain G_k = (1 - b_k) alpha_k - b_k beta_k (Eq. 6); ``phi0``, ``phi1`` as in :func:`vrr_stop`."""
+    and in the gain G_k = (1 - b_k) alpha_k - b_k beta_k (Eq. 6).
+
+    ``phi0``, ``phi1``: Eq. 5 with the exchangeable-vote likelihood, as in :func:`vrr_stop`."""
     if np.ndim(alpha_t) != 2 or np.ndim(beta_t) != 2:
         raise ValueError("vrr_stop_t: alpha_t and beta_t must be [N, K+1] arrays")
     return vrr_stop(S, M, rho0, rho1, alpha_t, beta_t, pi, tau, phi0, phi1)
