@@ -114,7 +114,8 @@ def test_bad_calibration_files_name_file_and_field(tmp_path, mutate, field):
 @pytest.mark.parametrize("change, field", [
     (dict(labels=[0, 1]), "labels"), (dict(votes=[9]), "votes"), (dict(votes="11"), "votes"),
     (dict(repairs=[(0, 2)]), "repairs"), (dict(repairs=[(0, 1, 9)]), "repairs"), (dict(repairs=[]), "repairs"),
-    (dict(M=None), "M"), (dict(k_max=-1), "k_max"), (dict(j_min="high"), "j_min"), (dict(eta=0), "eta"),
+    (dict(M=None), "M"), (dict(M="8"), "M"), (dict(M=0), "M"), (dict(votes=[[]] * 30, M=None), "votes"), (dict(k_max=-1), "k_max"),
+    (dict(j_min="high"), "j_min"), (dict(eta=0), "eta"),
 ])
 def test_bad_labeled_sets_name_the_field(change, field):
     truth = NoiseParams(rho0=0.3, rho1=0.2, alpha=0.3, beta=0.1, pi=0.5)

@@ -131,6 +131,8 @@ def _first_plans(votes, labels, M, source: str, labeled: bool = True):
     """Accept counts of the first plans (from counts or from 0/1 vote lists) and M."""
     if isinstance(votes, (str, bytes, dict)) or not hasattr(votes, "__len__") or len(votes) == 0:
         raise ValueError(f"{source}: field 'votes': expected a non-empty list of accept counts or vote lists")
+    if M is not None and (isinstance(M, (bool, np.bool_)) or not isinstance(M, (int, np.integer)) or M < 1):
+        raise ValueError(f"{source}: field 'M': expected an integer >= 1, got {M!r}")
     counts = []
     lists = [isinstance(v, (list, tuple, np.ndarray)) for v in votes]
     if any(lists) and not all(lists):
@@ -142,6 +144,8 @@ def _first_plans(votes, labels, M, source: str, labeled: bool = True):
         inferred = lengths.pop()
         if M is not None and M != inferred:
             raise ValueError(f"{source}: field 'M': {M!r}, the vote lists have {inferred} votes")
+        if inferred < 1:
+            raise ValueError(f"{source}: field 'votes': vote lists are empty (M = 0)")
         M = inferred
         for i, row in enumerate(votes):
             counts.append(sum(_label(v, source, f"votes[{i}]") for v in row))
@@ -152,8 +156,6 @@ def _first_plans(votes, labels, M, source: str, labeled: bool = True):
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not 0 <= v <= M:
                 raise ValueError(f"{source}: field 'votes[{i}]': expected an accept count in 0..{M}, got {v!r}")
             counts.append(int(v))
-    if isinstance(M, (bool, np.bool_)) or not isinstance(M, (int, np.integer)) or M < 1:
-        raise ValueError(f"{source}: field 'M': expected an integer >= 1, got {M!r}")
     counts = np.asarray(counts, dtype=np.int64)
     if not labeled:
         return counts, None, int(M)
