@@ -192,6 +192,11 @@ def test_the_run_lock_works_per_shard(tmp_path, held, wanted, message):
         pass
 
 
+def state_of(stdout: str) -> str:
+    """The run's state, the first word of the summary ``python -m vrr generate`` prints (``partial: ...``)."""
+    return stdout.splitlines()[0].split(":")[0]
+
+
 def test_the_cli_runs_shards_and_the_last_one_finalizes(tmp_path):
     common = [sys.executable, "-m", "vrr", "generate", "gsm8k_cpu_favorable", "--backend", "fake", "--n", "4",
               "--probe-n", "2", "--set", "K_max=1", "--set", "M=2", "--run-name", "cli", "--out-root", str(tmp_path),
@@ -199,7 +204,7 @@ def test_the_cli_runs_shards_and_the_last_one_finalizes(tmp_path):
     outs = [subprocess.run(common + ["--shard", s], cwd=REPO, capture_output=True, text=True, timeout=300)
             for s in ("0/2", "1/2")]
     assert [o.returncode for o in outs] == [0, 0], outs[-1].stderr[-2000:]
-    assert [o.stdout.strip().splitlines()[-1] for o in outs] == ["partial", "complete"]
+    assert [state_of(o.stdout) for o in outs] == ["partial", "complete"]
     bad = subprocess.run(common + ["--shard", "2/2"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "shard index must be 0..1" in bad.stderr
 
@@ -249,9 +254,9 @@ def test_finalize_only_names_a_missing_shard_and_fails_unless_partial_is_allowed
               "--no-progress"]
     for s in ("0/3", "1/3"):
         out = subprocess.run(common + ["--shard", s], cwd=REPO, capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == "partial", out.stderr[-2000:]
+        assert out.returncode == 0 and state_of(out.stdout) == "partial", out.stderr[-2000:]
     final = subprocess.run(common + ["--finalize-only"], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert final.returncode == 2 and final.stdout.strip() == "partial", final.stderr[-2000:]
+    assert final.returncode == 2 and state_of(final.stdout) == "partial", final.stderr[-2000:]
     line, = final.stderr.strip().splitlines()
     assert line.startswith(f"error: {tmp_path / 'cli'}: the window is partial: ") and "Traceback" not in line
     assert ("2 of 6 trajectories missing: shard 2/3 (never ran: no part file): 2, indices 2, 5; "
@@ -259,9 +264,9 @@ def test_finalize_only_names_a_missing_shard_and_fails_unless_partial_is_allowed
     assert "--allow-partial" in line
     ok = subprocess.run(common + ["--finalize-only", "--allow-partial"], cwd=REPO, capture_output=True, text=True,
                         timeout=300)
-    assert ok.returncode == 0 and ok.stdout.strip() == "partial" and "shard 2/3" in ok.stderr
+    assert ok.returncode == 0 and state_of(ok.stdout) == "partial" and "shard 2/3" in ok.stderr
     assert (tmp_path / "cli" / "arrays.partial.npz").exists() and not (tmp_path / "cli" / "arrays.npz").exists()
     done = subprocess.run(common + ["--shard", "2/3"], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "complete"
+    assert done.returncode == 0 and state_of(done.stdout) == "complete"
     final = subprocess.run(common + ["--finalize-only"], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert final.returncode == 0 and final.stdout.strip() == "complete" and final.stderr == ""
+    assert final.returncode == 0 and state_of(final.stdout) == "complete" and final.stderr == ""

@@ -453,7 +453,7 @@ def _resolve(a) -> tuple[dict, dict]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from .label.labeling import finalize_setting, relabel
-    from .loop import runner, store
+    from .loop import runner, store, summary
     from .loop.config import WINDOW_KEYS, from_stored, run_config
 
     ap = argparse.ArgumentParser(prog="python -m vrr", description="VRR-Stop reproduction: run the LLM loop, label.")
@@ -557,13 +557,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(res, indent=1))
         return 0
     paths = store.RunPaths(a.out_root, rc.setting)
+    command = summary.GenerateCommand.from_args(a)
+    swap = summary.swap_note(paths.dir) if not a.run_name and name != cfg["name"] else ""
+    if swap:
+        print(swap, file=sys.stderr, flush=True)
     if a.finalize_only:
+        summary.require_run(paths)
         stored = from_stored(store.read_stored_config(paths), str(paths.config))
         for key in WINDOW_KEYS:
             if getattr(a, key, None) is not None:
                 setattr(stored, key, getattr(a, key))
         status = finalize_setting(paths, stored)
-        print(status)
+        store.merge_run_meta(paths)
+        print(summary.run_summary(status, paths, stored, command, swap=swap))
         if status != "complete":
             gaps = window_gaps(paths, stored)
             if not a.allow_partial:
@@ -575,8 +581,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     phases = ("probe", "traj") if a.phase == "all" else (a.phase,)
     runner.generate(rc, out_root=a.out_root, limit=a.limit, phases=phases, progress=not a.no_progress,
                     shard=a.shard, engine_options=cfg["engine"])
+    status = None
     if not a.no_finalize:  # a shard's finalize merges whatever every shard has stored so far
-        print(finalize_setting(paths, rc))
+        status = finalize_setting(paths, rc)
+        store.merge_run_meta(paths)
+    print(summary.run_summary(status, paths, rc, command, shard=a.shard, swap=swap))
     return 0
 
 

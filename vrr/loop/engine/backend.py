@@ -38,6 +38,7 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import MutableMapping, Sequence
@@ -92,6 +93,11 @@ def resolve_backend(backend: str = "auto") -> str:
     return backend
 
 
+class EngineUnavailableError(RuntimeError):
+    """The engine a setting asks for cannot run in this interpreter (no vllm module); the message says
+    which backend, which interpreter and what to run instead."""
+
+
 def vllm_available() -> bool:
     import importlib.util
 
@@ -142,6 +148,12 @@ class VLLMEngine:
         from .models import resolve_model
 
         self.backend = resolve_backend(backend)
+        if not vllm_available():  # before resolving the model: a registry model would be downloaded first
+            raise EngineUnavailableError(
+                f"engine.backend {self.backend!r} runs vLLM in this process, and {sys.executable} has no vllm "
+                "module. Run the command with the engine's interpreter (make engine-env builds "
+                "~/.cache/vrr/venv-vllm-cpu; pip install -e \".[gpu]\" on a GPU), or use a server with "
+                "--backend openai (docs/scale.md)")
         self.model_arg = model
         self.model_path, self.model_info = resolve_model(model)
         if self.backend == "vllm-cpu":

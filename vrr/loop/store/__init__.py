@@ -30,7 +30,13 @@ window's start nor on its length. A shard writes its own part files, lock and ru
 ``generate.shard-i-of-n.lock``, ``run_meta.shard-i-of-n.json``) beside the run's shared
 ``config.json``. Reading a run's window (:func:`read_window_records`) merges every part file of the
 run, so resume skips what any shard stored and finalizing freezes the merged window; the run meta
-read back (:func:`read_run_meta`) holds every shard's sessions.
+read back (:func:`read_run_meta`) holds every shard's sessions, and finalizing writes it into the run's
+own ``run_meta.json`` (:func:`merge_run_meta`).
+
+The readers (:func:`read_run_meta`, :func:`read_stored_config`, :func:`read_window`,
+:func:`stored_window`) take a run as :class:`RunPaths` or as its folder's path, e.g.
+``read_run_meta("data/real/gsm8k_cpu_favorable")``; a path that is not a run folder is a
+:class:`RunStoreError` naming it (:func:`run_paths`).
 
 The label step reads a run's window once, as one value (:func:`read_window` gives a
 :class:`StoredWindow`: the records, the config and the paths), and works on it; ``python -m vrr status``
@@ -48,8 +54,8 @@ from ._errors import IncompleteWindowError, RunLockedError, RunStoreError, Windo
 from ._files import append_records, read_jsonl_gz, read_run_json, unique_by_index, write_jsonl_gz, write_record_json
 from ._lock import generation_lock, run_lock
 from ._merge import index_ranges, missing_instances, read_window_records, sibling_parts
-from ._meta import new_session, read_run_meta, update_meta
-from ._paths import DEFAULT_OUT_ROOT, PROBE_PART_NAME, TRAJ_PART_NAME, RunPaths
+from ._meta import merge_run_meta, new_session, read_run_meta, update_meta
+from ._paths import DEFAULT_OUT_ROOT, PROBE_PART_NAME, TRAJ_PART_NAME, RunPaths, run_paths
 from ._records import PartFileWarning, part_window, read_part, read_records, read_rejected, rejected_path
 from ._run_window import StoredWindow, read_window, stored_window
 from ._shard import MAX_SHARDS, Shard, shard_of_file
@@ -60,7 +66,7 @@ __all__ = [
     # errors
     "RunStoreError", "RunLockedError", "IncompleteWindowError", "WindowError", "folder_problem",
     # the files of a run, a shard's share and the formats
-    "DEFAULT_OUT_ROOT", "TRAJ_PART_NAME", "PROBE_PART_NAME", "RunPaths", "MAX_SHARDS", "Shard", "shard_of_file",
+    "DEFAULT_OUT_ROOT", "TRAJ_PART_NAME", "PROBE_PART_NAME", "RunPaths", "run_paths", "MAX_SHARDS", "Shard", "shard_of_file",
     "write_record_json", "read_run_json", "append_records", "write_jsonl_gz", "read_jsonl_gz", "unique_by_index",
     # config.json
     "read_stored_config", "check_probe_owner", "check_config",
@@ -75,6 +81,6 @@ __all__ = [
     # the run lock
     "run_lock", "generation_lock",
     # run meta and cost
-    "update_meta", "new_session", "read_run_meta", "batch_time", "MACHINE_KIND_FIELDS", "machine_kind",
+    "update_meta", "new_session", "read_run_meta", "merge_run_meta", "batch_time", "MACHINE_KIND_FIELDS", "machine_kind",
     "session_machines", "run_cost",
 ]

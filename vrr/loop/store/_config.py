@@ -5,6 +5,7 @@ its probe (``probe.from``) must name a run or setting that generates one of the 
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ...common.paths import SETTINGS_DIR
@@ -12,11 +13,13 @@ from ...settings import load_config
 from ..config import RunConfig, from_stored, protocol_differences, WINDOW_KEYS
 from ._errors import RunStoreError, folder_error
 from ._files import read_run_json, write_record_json
-from ._paths import RunPaths
+from ._paths import RunPaths, run_paths
 
 
-def read_stored_config(paths: RunPaths) -> dict:
-    """The run's ``config.json`` as stored; a corrupt or invalid file is a :class:`RunStoreError` naming it."""
+def read_stored_config(paths: RunPaths | str | os.PathLike) -> dict:
+    """The run's ``config.json`` as stored; a corrupt or invalid file is a :class:`RunStoreError` naming it.
+    ``paths``: the run's :class:`RunPaths` or its folder's path (:func:`vrr.loop.store.run_paths`)."""
+    paths = run_paths(paths)
     stored = read_run_json(paths.config)
     try:
         from_stored(stored, str(paths.config))

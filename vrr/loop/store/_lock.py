@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import socket
 import time
 from contextlib import ExitStack, contextmanager
@@ -87,7 +88,14 @@ def generation_lock(paths: RunPaths) -> Iterator[dict]:
     """The locks a generator holds for its session: the run's lock, exclusively for a whole-window
     run; for a shard, the run's lock shared (shards run side by side; a whole-window run is refused
     while any runs) and the shard's own lock exclusively. A shard of another split of the same run (``j/m`` with another
-    ``m``) that is running is refused: its share overlaps this one's."""
+    ``m``) that is running is refused: its share overlaps this one's.
+
+    A session that creates the run's folder and stops with an error before it stores a record (a refused
+    model, an engine that does not start, a window past its dataset) leaves no folder behind (an
+    interrupt is not an error: Ctrl-C keeps the folder, as a kill would): its
+    ``config.json`` and locks are removed with the folder (and the out root's folders it created), unless
+    another generator of the run (a shard) holds the run's lock."""
+    created = _folders_to_create(paths.dir)
     if paths.shard is None:
         with ExitStack() as stack:
             try:
@@ -99,15 +107,70 @@ def generation_lock(paths: RunPaths) -> Iterator[dict]:
                                                          "running; a whole-window generator would run their "
                                                          "instances too. Wait for them or stop them.") from None
                 raise exc
-            yield holder
+            try:
+                yield holder
+            except Exception:  # an error, not an interrupt: a stopped run keeps its folder
+                if created:
+                    _discard_unwritten_run(paths, created)
+                raise
         return
-    with _shared_lock(paths.run_lock), run_lock(paths.generate_lock) as holder:
+    with _shared_lock(paths.run_lock) as run_fd, run_lock(paths.generate_lock) as holder:
         other = [s for s in _running_shards(paths) if Shard.parse(s).count != paths.shard.count]
         if other:
             raise RunLockedError(paths.generate_lock, f"shards {', '.join(other)} of another split of this run are "
                                                       f"running; shard {paths.shard} would overlap them. Use "
                                                       "the same number of shards, or wait for them.")
-        yield holder
+        try:
+            yield holder
+        except Exception:  # an error, not an interrupt: a stopped run keeps its folder
+            if created and _alone(run_fd):
+                _discard_unwritten_run(paths, created)
+            raise
+
+
+# what a session writes into a new run's folder before its first record: the config and the locks
+_UNWRITTEN_RUN = re.compile(r"config\.json|generate(\.shard-\d+-of-\d+)?\.lock")
+
+
+def _folders_to_create(folder: Path) -> list[Path]:
+    """``folder`` and those of its ancestors that do not exist yet (deepest first); [] when it exists."""
+    missing = []
+    for path in (folder, *folder.parents):
+        try:
+            if path.exists():
+                break
+        except OSError:
+            break
+        missing.append(path)
+    return missing
+
+
+def _alone(run_fd: int) -> bool:
+    """Whether no other generator holds the run's lock: our shared lock becomes exclusive, or, when another
+    process holds it, False (the lock may then be lost; the caller is leaving)."""
+    try:
+        fcntl.flock(run_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+def _discard_unwritten_run(paths: RunPaths, created: list[Path]) -> None:
+    """Remove a run folder this session created and that holds nothing but its config and locks, then the
+    ancestors the session created, while they are empty. Anything else in the folder keeps it all."""
+    try:
+        files = list(paths.dir.iterdir())
+    except OSError:
+        return
+    if not all(f.is_file() and _UNWRITTEN_RUN.fullmatch(f.name) for f in files):
+        return
+    for f in files:
+        f.unlink(missing_ok=True)
+    for folder in created:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (another run appeared beside it), or not ours to remove
+            return
 
 
 def _running_shards(paths: RunPaths) -> list[str]:

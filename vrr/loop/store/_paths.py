@@ -3,7 +3,8 @@
 A shard writes its own part files, lock and run meta (``trajectories.shard-i-of-n.part.jsonl``,
 ``probe.shard-i-of-n.part.jsonl``, ``generate.shard-i-of-n.lock``, ``run_meta.shard-i-of-n.json``) beside
 the run's shared ``config.json`` and frozen outputs. :func:`part_kind` tells a run's part files (a shard's
-included) by their names.
+included) by their names. The store's readers take a run as :class:`RunPaths` or as the path of its folder
+(:func:`run_paths`).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 from pathlib import Path
 
 from ...common.paths import REPO_ROOT
+from ._errors import RunStoreError
 from ._shard import Shard, shard_of_file
 
 DEFAULT_OUT_ROOT = REPO_ROOT / "data" / "real"
@@ -58,3 +60,33 @@ def part_kind(path: Path) -> str | None:
         if Path(path).name == _sharded_name(name, shard):
             return kind
     return None
+
+
+RUN_FILE_STEMS = ("config", "run_meta", "trajectories", "probe", "generate")  # the files a run folder holds
+
+
+def run_paths(run: "RunPaths | str | os.PathLike") -> RunPaths:
+    """A run's files, given as :class:`RunPaths` (returned as is) or as the path of its folder
+    (``<out root>/<run name>``, e.g. ``"data/real/gsm8k_cpu_favorable"``).
+
+    A path that is not a run folder is a :class:`RunStoreError` naming it: one that does not exist, a file,
+    or a folder that holds none of a run's files (``config.json``, ``run_meta.json``, part files, the
+    frozen window, the lock, a shard's files).
+    """
+    if isinstance(run, RunPaths):
+        return run
+    if not isinstance(run, (str, os.PathLike)):
+        raise TypeError(f"a run is its folder's path (str or Path) or a RunPaths, got {type(run).__name__}")
+    folder = Path(os.path.abspath(run))
+    hint = "(a run folder is <out root>/<run name>, e.g. data/real/gsm8k_cpu_favorable, holding config.json)"
+    if not folder.exists():
+        raise RunStoreError(run, f"no such folder {hint}")
+    if not folder.is_dir():
+        raise RunStoreError(run, f"is a file, not a run folder {hint}")
+    try:
+        names = [p.name for p in folder.iterdir()]
+    except OSError as exc:
+        raise RunStoreError(run, f"cannot be read ({exc.strerror or type(exc).__name__})") from None
+    if not any(name.split(".", 1)[0] in RUN_FILE_STEMS and "." in name for name in names):
+        raise RunStoreError(run, f"is not a run folder: it holds no config.json, run_meta.json or part file {hint}")
+    return RunPaths(folder.parent, folder.name)

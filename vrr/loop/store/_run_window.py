@@ -7,6 +7,7 @@ on that value.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -15,7 +16,7 @@ from ..config import RunConfig, from_stored
 from ._config import check_config, read_stored_config
 from ._merge import read_window_records
 from ._meta import read_run_meta
-from ._paths import RunPaths
+from ._paths import RunPaths, run_paths
 from ._window import check_window_fits, probe_window, trajectory_window
 
 
@@ -50,10 +51,14 @@ class StoredWindow:
         return read_run_meta(self.paths)
 
 
-def stored_window(paths: RunPaths, cfg: RunConfig, out_root: Path) -> StoredWindow:
-    """The records of ``cfg``'s window in the run's part files (every shard's); read only, never repaired."""
+def stored_window(paths: RunPaths | str | os.PathLike, cfg: RunConfig, out_root: Path | None = None) -> StoredWindow:
+    """The records of ``cfg``'s window in the run's part files (every shard's); read only, never repaired.
+    ``paths``: the run's :class:`RunPaths` or its folder's path (:func:`vrr.loop.store.run_paths`); a
+    borrowed probe is read from its owner's folder in ``out_root`` (default: the folder that holds the run's)."""
     from ..tasks import get_task  # the task registry; imported here so importing the store loads no task
 
+    paths = run_paths(paths)
+    out_root = Path(out_root) if out_root is not None else paths.dir.parent
     traj_window = trajectory_window(cfg)
     check_window_fits(traj_window, len(get_task(cfg.dataset).load(cfg.split)))
     traj = read_window_records(paths.traj_part, traj_window)
@@ -73,13 +78,16 @@ def stored_window(paths: RunPaths, cfg: RunConfig, out_root: Path) -> StoredWind
     return StoredWindow(paths, cfg, traj, set(traj_window.indices), probe, pwant, probe_missing)
 
 
-def read_window(paths: RunPaths, requested: RunConfig | None = None, out_root: Path | None = None) -> StoredWindow:
-    """The window the run's ``config.json`` sets, with the config as stored.
+def read_window(paths: RunPaths | str | os.PathLike, requested: RunConfig | None = None,
+                out_root: Path | None = None) -> StoredWindow:
+    """The window the run's ``config.json`` sets, with the config as stored. ``paths``: the run's
+    :class:`RunPaths` or its folder's path (:func:`vrr.loop.store.run_paths`).
 
     ``requested`` is first checked against the stored ``config.json`` (:func:`check_config`: written on the
     first run, may change the window lengths); without it the stored config is used as is. A borrowed
     probe is read from its owner's folder in ``out_root`` (default: the folder that holds the run's).
     """
+    paths = run_paths(paths)
     out_root = Path(out_root) if out_root is not None else paths.dir.parent
     if requested is not None:
         check_config(paths, requested)
