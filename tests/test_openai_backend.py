@@ -10,7 +10,6 @@ import gzip
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 import threading
@@ -421,56 +420,6 @@ def test_each_role_may_name_its_own_server(tmp_path, stub_factory):
     assert meta["engine"]["base_url"] == gen.url
     assert meta["engine"]["other_roles"]["judge"]["base_url"] == judge.url
     assert meta["engine"]["other_roles"]["repairer"] == {"same_engine_as": "generator"}
-
-
-# ---- the commands of docs/scale.md ----------------------------------------------------------------------
-
-
-def scale_commands():
-    """Every ``python -m vrr generate`` line of docs/scale.md's bash blocks, continuation lines joined, with
-    the number of its block."""
-    text = (REPO / "docs" / "scale.md").read_text()
-    out = []
-    for number, block in enumerate(re.findall(r"```bash\n(.*?)```", text, re.S)):
-        for line in block.replace("\\\n", " ").splitlines():
-            line = line.split("  #")[0].strip()
-            if line.startswith("python -m vrr generate"):
-                out.append((number, line))
-    return out
-
-
-def test_the_commands_of_docs_scale_run(tmp_path, stub_factory):
-    """Each command as written, on a small window: a stub server on 127.0.0.1 stands in for every address (the
-    judge's requires the key the page exports), the in-process commands run with the fake backend."""
-    commands = scale_commands()
-    assert len(commands) >= 7
-    stubs: dict = {}
-    env = dict(os.environ, PYTHONPATH=str(REPO), JUDGE_API_KEY="judge-key-for-the-test")
-    last = {}
-    for block, line in commands:
-        args = shlex.split(line)[1:]
-        setting = args[3]
-        task = get_task(load_config(setting)["task"])
-        for i, arg in enumerate(args):
-            for url in re.findall(r"https?://[^\s,]+", arg):
-                if url not in stubs:
-                    stubs[url] = stub_factory(task=task, models=None,
-                                              api_key="judge-key-for-the-test" if url.startswith("https") else None)
-                args[i] = arg.replace(url, stubs[url].url)
-        if "--backend" not in args:
-            args += ["--backend", "fake"]
-        small = ["--n", "2", "--probe-n", "2", "--out-root", str(tmp_path / f"block{block}"), "--no-progress"]
-        if "--finalize-only" not in args:
-            small += ["--set", "K_max=1", "--set", "M=2"]
-        proc = subprocess.run([sys.executable, *args, *small], cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=600)
-        assert proc.returncode == 0, f"docs/scale.md: {line}\n{proc.stderr[-3000:]}"
-        last[line] = proc.stdout.splitlines()[0].split(":")[0]  # the state, first word of the summary
-        assert last[line] == ("partial" if "--shard 0/" in line else "complete"), line
-    # the shards merged; the hosted judge got the judge's requests (with its key: the stub refuses others)
-    assert [v for k, v in last.items() if "--finalize-only" in k] == ["complete"]
-    judge = next(s for url, s in stubs.items() if url.startswith("https"))
-    assert judge.chat_requests() and {b["model"] for b in judge.chat_requests()} == {"gpt-4o-mini"}
 
 
 def test_a_process_reward_model_is_refused_by_the_openai_backend(stub_factory):
