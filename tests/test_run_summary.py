@@ -211,3 +211,18 @@ def test_every_generate_option_is_repeated_or_chosen_by_the_summary(capsys):
     shown = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", capsys.readouterr().out)) - {"--help"}
     placed = {flag for _, flag in RESUME_OPTIONS} | {"--" + attr.replace("_", "-") for attr in CHOSEN_BY_THE_SUMMARY}
     assert shown == placed
+
+
+def test_more_missing_shards_than_lines_share_one_command(tmp_path):
+    from vrr.loop.summary import MAX_SHARD_LINES, GenerateCommand, run_summary
+
+    cfg = small("t_many", **{"window.N": 12})
+    generate(cfg, engine=FakeEngine(TASK), out_root=tmp_path, progress=False, shard=Shard(0, 6))
+    command = GenerateCommand("gsm8k_cpu_favorable", (("--run-name", "t_many"), ("--out-root", str(tmp_path))))
+    text = run_summary(None, RunPaths(tmp_path, "t_many"), cfg, command, shard=Shard(0, 6))
+    lines = text.splitlines()
+    assert lines[0] == "not finalized: 2 of 12 trajectories stored" and 5 > MAX_SHARD_LINES
+    assert [line.split(":")[0] for line in lines[2:8]] == [f"shard {i}/6" for i in range(6)]
+    many, = [line for line in lines if line.startswith("next")]
+    assert many.startswith("next, for each shard I in 1, 2, 3, 4, 5 (one per node): ") and many.endswith(
+        f"generate gsm8k_cpu_favorable --run-name t_many --out-root {tmp_path} --shard I/6")

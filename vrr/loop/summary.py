@@ -102,12 +102,11 @@ def require_run(paths: store.RunPaths) -> None:
 
 
 def _short(text: str, total: int) -> str:
-    """Index ranges cut to about :data:`MAX_INDEX_TEXT` characters, the rest counted."""
+    """Index ranges (:func:`vrr.loop.store.index_ranges`) cut after about :data:`MAX_INDEX_TEXT` characters at
+    a comma, with the number of indices in all."""
     if len(text) <= MAX_INDEX_TEXT:
         return text
-    head = text[:MAX_INDEX_TEXT].rsplit(", ", 1)[0]
-    shown = sum(1 for _ in head.split(", "))
-    return f"{head}, ... ({total} in all)" if shown else text
+    return f"{text[:MAX_INDEX_TEXT].rsplit(', ', 1)[0]}, ... ({total} in all)"
 
 
 def shard_count(paths: store.RunPaths, shard: store.Shard | None = None) -> int | None:
@@ -160,12 +159,11 @@ def run_summary(state: str | None, paths: store.RunPaths, cfg: RunConfig, comman
         ran = {store.shard_of_file(p) for name in (store.TRAJ_PART_NAME, store.PROBE_PART_NAME)
                for p in whole.shard_files(name)}
         for index in range(count):
-            def share(indices):
-                return {i for i in indices if i % count == index}
-            text = f"shard {index}/{count}: {len(share(traj_done & window.traj_want))} of " \
-                   f"{len(share(window.traj_want))} trajectories"
+            def share(indices) -> int:
+                return sum(1 for i in indices if i % count == index)
+            text = f"shard {index}/{count}: {share(traj_done & window.traj_want)} of {share(window.traj_want)} trajectories"
             if window.probe_want and not owner:
-                text += f", {len(share(probe_done & window.probe_want))} of {len(share(window.probe_want))} probe plans"
+                text += f", {share(probe_done & window.probe_want)} of {share(window.probe_want)} probe plans"
             if store.Shard(index, count) not in ran:
                 text += " (never ran)"
             lines.append(text)
