@@ -242,3 +242,38 @@ def test_the_likelihood_is_a_checked_setting_carried_by_the_config():
         ReplayConfig(likelihood="correlated")
     with pytest.raises(ValueError, match="calibration field"):
         config.with_policy(likelihood="binomial")
+
+
+# ---------------------------------------------------------------- the same bits on every CPU kind
+FIT_ON_REAL_WINDOW = """
+import sys
+from vrr.calibration.correlated import label_free_bb, labeled_bb_mle, semisupervised_bb
+from vrr.data.contract import load_setting
+st = load_setting(sys.argv[1])
+fits = [label_free_bb(st.S[:, 0], st.M), labeled_bb_mle(st.probe_S, st.probe_y, st.probe_M),
+        semisupervised_bb(st.S[:, 0], st.M, st.probe_S, st.probe_y, st.probe_M)]
+print(repr([(f.rho0, f.rho1, f.phi0, f.phi1) for f in fits]))
+"""
+
+
+def test_exchangeable_fits_are_the_same_without_numpys_simd_loops():
+    """numpy's AVX2/AVX512 loops (its SIMD quicksort among them: it orders a simplex's tied values differently)
+    must not reach an estimate; the fits with them and without them agree to the bit."""
+    import os
+    import subprocess
+    import sys
+
+    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+
+    simd = " ".join(t for t in __cpu_dispatch__ if t.startswith(("X86_V3", "X86_V4", "AVX512", "AVX2", "FMA3"))
+                    and __cpu_features__.get(t))
+    arrays = str(REPO / "data" / "real" / "mbpp_cpu_favorable" / "arrays.npz")
+    outs = []
+    for disabled in (None, simd):
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env.pop("NPY_DISABLE_CPU_FEATURES", None)
+        if disabled:
+            env["NPY_DISABLE_CPU_FEATURES"] = disabled
+        outs.append(subprocess.run([sys.executable, "-c", FIT_ON_REAL_WINDOW, arrays], env=env, capture_output=True,
+                                   text=True, check=True).stdout)
+    assert outs[0] == outs[1] and outs[0].count("(") == 3

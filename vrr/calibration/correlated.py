@@ -230,10 +230,11 @@ def mixture_nll(z, h_u, M: int, h_v=None, h_i=None, M_l: int | None = None, cap:
 
 
 def mixture_many(h_u, M: int, starts, h_v=None, h_i=None, M_l: int | None = None, cap: float = PHI_MAX,
-                 tol: dict = POINT_TOL) -> dict[str, np.ndarray]:
+                 tol: dict = POINT_TOL, polish: dict | None = None) -> dict[str, np.ndarray]:
     """Fit the beta-binomial mixture (semi-supervised when ``h_v``, ``h_i`` are given) to each histogram row
     [H, M+1] from each of its starts [H, R, 5] (``_pack`` logits); the restart with the highest likelihood per
-    row: {"rho0", "rho1", "phi0", "phi1", "weight_valid", "loglik", "converged", "n_iter"}, each [H]. Without
+    row, refined from there with the tolerances ``polish`` when given (kept where it is no worse):
+    {"rho0", "rho1", "phi0", "phi1", "weight_valid", "loglik", "converged", "n_iter"}, each [H]. Without
     labels the component that accepts more is the valid one."""
     h_u = np.atleast_2d(np.asarray(h_u, dtype=float))
     starts = np.asarray(starts, dtype=float)
@@ -251,7 +252,13 @@ def mixture_many(h_u, M: int, starts, h_v=None, h_i=None, M_l: int | None = None
     z, f, n_iter, conv = nelder_mead_many(nll, starts.reshape(n_h * R, 5), **tol)
     best = np.argmin(f.reshape(n_h, R), axis=1)
     pick = np.arange(n_h) * R + best
-    w, mu1, phi1, mu0, phi0 = _unpack(z[pick], cap)
+    z, f, n_iter, conv = z[pick], f[pick], n_iter[pick], conv[pick]
+    if polish is not None:
+        zp, fp, it_p, conv_p = nelder_mead_many(lambda x, rows: nll(x, pick[rows]), z, **polish)
+        better = fp <= f
+        z, f = np.where(better[:, None], zp, z), np.where(better, fp, f)
+        n_iter, conv = np.where(better, n_iter + it_p, n_iter), np.where(better, conv_p, conv)
+    w, mu1, phi1, mu0, phi0 = _unpack(z, cap)
     if not labeled:
         swap = mu0 > mu1
         w, mu1, phi1, mu0, phi0 = (np.where(swap, 1 - w, w), np.where(swap, mu0, mu1), np.where(swap, phi0, phi1),
@@ -260,7 +267,30 @@ def mixture_many(h_u, M: int, starts, h_v=None, h_i=None, M_l: int | None = None
     if labeled:
         const = const + ((np.atleast_2d(h_v) + np.atleast_2d(h_i)) * _log_comb(M_l)).sum(axis=1)
     return {"rho0": mu0, "rho1": 1 - mu1, "phi0": phi0, "phi1": phi1, "weight_valid": w,
-            "loglik": -f[pick] + const, "converged": conv[pick], "n_iter": n_iter[pick]}
+            "loglik": -f + const, "converged": conv, "n_iter": n_iter}
+
+
+def label_free_bb(S, M: int, phi_cap: float = 0.3, n_restarts: int = 8, seed: int = 0) -> VoteNoiseFit:
+    """The capped label-free beta-binomial mixture of ``estimators.beta_binomial_em`` (App. E, App. I "BB-EM";
+    the same model, cap, seeded starts, loose restarts and tight polish), maximized by :func:`nelder_mead_many`,
+    whose simplex order breaks ties the same way on every CPU. Returns phi0, phi1 with rho0, rho1."""
+    if M < 5:
+        raise ValueError(f"beta_binomial_em: needs M >= 5 votes per plan to be identifiable, got M={M}; "
+                         "use labeled_mle (labels) or more votes")
+    h_u = histograms([S], M)
+    if h_u.sum() == 0:
+        raise ValueError("beta_binomial_em: empty sample")
+    rng = np.random.default_rng(seed)
+    starts = np.array([[special.logit(rng.uniform(0.2, 0.8)), special.logit(rng.uniform(0.55, 0.95)),
+                        rng.uniform(-3, 1), special.logit(rng.uniform(0.05, 0.45)), rng.uniform(-3, 1)]
+                       for _ in range(n_restarts)])
+    fit = mixture_many(h_u, M, starts[None], cap=phi_cap, tol=dict(xatol=1e-4, fatol=1e-7, max_iter=20000),
+                       polish=dict(xatol=1e-9, fatol=1e-11, max_iter=20000))
+    w, n = float(fit["weight_valid"][0]), float(h_u.sum())
+    return VoteNoiseFit(rho0=float(fit["rho0"][0]), rho1=float(fit["rho1"][0]), weight_valid=w,
+                        loglik=float(fit["loglik"][0]), votes_valid=M * n * w, votes_invalid=M * n * (1 - w),
+                        method="beta_binomial_em", converged=bool(fit["converged"][0]), n_iter=int(fit["n_iter"][0]),
+                        phi0=float(fit["phi0"][0]), phi1=float(fit["phi1"][0]))
 
 
 def _semisupervised_starts(h_u, M: int, h_v, h_i, M_l: int, n_restarts: int, seed: int) -> np.ndarray:

@@ -248,14 +248,14 @@ def fit_exchangeable_votes(method: str, S, M: int, y=None, seed: int = 0,
     """The exchangeable-vote (beta-binomial) estimator of ``method``, with phi0, phi1: ``labeled_mle`` the
     per-class MLE (labels ``y``), ``binomial_em`` and ``beta_binomial_em`` the label-free capped mixture (App. I),
     ``semisupervised_em`` the mixture with the labeled plans ``labeled = (S_l, y_l, M_l)`` (vrr.calibration.correlated)."""
-    from .correlated import labeled_bb_mle, semisupervised_bb
+    from .correlated import label_free_bb, labeled_bb_mle, semisupervised_bb
 
     if method == "labeled_mle":
         if y is None:
             raise ValueError("labeled_mle needs labels y")
         return labeled_bb_mle(S, y, M)
     if method in ("binomial_em", "beta_binomial_em"):
-        return beta_binomial_em(S, M, phi_cap=options.bb_phi_cap, n_restarts=options.bb_restarts, seed=seed)
+        return label_free_bb(S, M, phi_cap=options.bb_phi_cap, n_restarts=options.bb_restarts, seed=seed)
     if method == "semisupervised_em":
         if labeled is None:
             raise ValueError("semisupervised_em needs labeled plans (a probe with labels)")
