@@ -16,3 +16,4 @@ from .render import (  # noqa: F401
     fig_signal_quality, interval_text, paired_interval_text, read_csv, save_figure, write_table,
 )
 from ..calibration.check import check_summary_line, folds_verdict_text  # noqa: F401  (03_calibrate, vrr status)
+from .calibration_ablation_table import table_calibration_ablation  # noqa: F401

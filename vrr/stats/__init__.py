@@ -28,3 +28,4 @@ from .analysis import (  # noqa: F401
     findings_markdown,
     setting_statistics,
 )
+from .calibration_ablation import setting_calibration_ablation  # noqa: F401

@@ -1,0 +1,157 @@
+"""The calibration ablation: VRR-Stop and Algorithm 1 under each vote-noise calibration and each vote likelihood
+(Sec. 4.2 calibration; Eq. 5 belief, Eq. 6 gain, Eq. 8 and Algorithm 1; App. B cross-fitting; App. G paired
+bootstrap).
+
+Rows: calibration x likelihood.
+
+* calibration: the label-free EM (``binomial_em`` on the window's round-0 votes, the paper's; under the
+  beta-binomial likelihood the capped beta-binomial mixture), the labeled probe (``labeled_mle`` on the probe,
+  ``vote_rounds="probe"``), and the semi-supervised fit as the real windows run it (``semisupervised_checked``:
+  the probe pooled with the window's votes where the calibration check passes, the probe alone where it rejects);
+* likelihood: Eq. 5's ``binomial`` (votes independent given validity) or ``beta_binomial`` (exchangeable votes,
+  phi0, phi1 fit with the rates; ``vrr.calibration.correlated``).
+
+Each row is one cross-fitted replay (``vrr.policies.replay.replay``) of No repair, VRR-Stop, Algorithm 1 and the
+TPM reference under the setting's replay config with the row's method, vote rounds and likelihood. It reports:
+
+* V of VRR-Stop and of Algorithm 1, each with the paired 95 % percentile-bootstrap CI
+  (``vrr.stats.inference.paired_bootstrap``, instances resampled) of its difference to No repair and to the TPM
+  reference of the same replay (the same rule with the true parameters on a simulated setting, with the cross-fit
+  labeled estimates on a real one; under the beta-binomial likelihood it filters with that likelihood too);
+* the calibration check's verdict over the folds (``vrr.calibration.check.folds_verdict``), the check Algorithm 1's
+  mode reads;
+* how well calibrated the row's posterior is: the filtered belief b_k (Eq. 5, with the row's likelihood and
+  cross-fit parameters) at every round of every instance against the true validity y_k, as its Brier score and
+  its expected calibration error (``ECE_BINS`` equal-width bins; sum over bins of the bin's share of states times
+  |mean b_k - mean y_k|).
+
+A calibration that does not apply to the setting gives a row "n/a" with the reason (no labeled probe; a
+deterministic verifier, whose M votes repeat one answer, so a mixture of vote counts is not identifiable; M below
+the estimator's minimum); no other calibration stands in for it.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..calibration.check import folds_verdict
+from ..calibration.mixture import MIN_VOTES
+from ..core.belief import filter_beliefs
+from ..data.contract import Setting
+from ..policies.replay import TPM, ReplayConfig, replay
+from ..settings import DETERMINISTIC_VERIFIERS
+from .inference import N_RESAMPLES, paired_bootstrap
+
+ABLATION_FILE = "calibration_ablation.json"   # results/<setting>/, written by 05_stats
+# (row name, method, vote rounds)
+CALIBRATIONS = (("label-free EM", "binomial_em", "first"),
+                ("labeled probe", "labeled_mle", "probe"),
+                ("semi-supervised (checked)", "semisupervised_checked", "first"))
+LIKELIHOODS = ("binomial", "beta_binomial")
+POLICIES = ("No repair", "VRR-Stop", "Algorithm 1", TPM)
+COMPARED = ("VRR-Stop", "Algorithm 1")
+ECE_BINS = 10
+# the estimator each label-free row runs under each likelihood (for its minimum number of votes)
+_LABEL_FREE_ESTIMATOR = {"binomial": "binomial_em", "beta_binomial": "beta_binomial_em"}
+
+
+def not_applicable(setting: Setting, verifier_kind: str, method: str, likelihood: str) -> str | None:
+    """Why a calibration row does not apply to ``setting`` (None: it applies)."""
+    needs_probe = method in ("labeled_mle", "semisupervised_checked")
+    reads_mixture = method in ("binomial_em", "semisupervised_checked")
+    if needs_probe and setting.probe_S is None:
+        return "no labeled probe"
+    if needs_probe and setting.probe_y is None:
+        return "the probe has no labels"
+    if reads_mixture and verifier_kind in DETERMINISTIC_VERIFIERS:
+        return (f"deterministic verifier ({verifier_kind}): its M votes repeat one answer, so the mixture of vote "
+                "counts is not identifiable")
+    if reads_mixture:
+        estimator = _LABEL_FREE_ESTIMATOR[likelihood] if method == "binomial_em" else method
+        need = MIN_VOTES[estimator]
+        if setting.M < need:
+            return f"M = {setting.M} votes per plan, below the {need} that {estimator} needs"
+    return None
+
+
+def expected_calibration_error(belief, truth, bins: int = ECE_BINS) -> float:
+    """Sum over ``bins`` equal-width bins of b of (share of states in the bin) * |mean b - mean y| in the bin."""
+    b = np.asarray(belief, dtype=float).ravel()
+    y = np.asarray(truth, dtype=float).ravel()
+    which = np.minimum((b * bins).astype(np.int64), bins - 1)
+    total = 0.0
+    for k in range(bins):
+        mask = which == k
+        n = int(mask.sum())
+        if n:
+            total += n / b.size * abs(float(np.sum(b[mask])) / n - float(np.sum(y[mask])) / n)
+    return total
+
+
+def _interval(a, b, n_resamples: int, seed: int) -> dict:
+    iv = paired_bootstrap(a, b, n_resamples=n_resamples, seed=seed)
+    return {"dV": iv.estimate, "dV_low": iv.low, "dV_high": iv.high}
+
+
+def ablation_row(setting: Setting, config: ReplayConfig, n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict:
+    """One applicable row: the replay under ``config`` and what the module docstring lists."""
+    result = replay(setting, config, policies=POLICIES)
+    v = result.validity
+    row: dict = {"V": {name: float(v[name].mean()) for name in POLICIES}, "tpm_source": result.tpm_source}
+    for name in COMPARED:
+        row[name] = {"V": float(v[name].mean()),
+                     "vs_no_repair": _interval(v[name], v["No repair"], n_resamples, seed),
+                     "vs_tpm": _interval(v[name], v[TPM], n_resamples, seed)}
+    checks = result.extras.get("calibration_check_per_fold", [])
+    row["check"] = folds_verdict(checks)
+    row["algorithm1_stop_folds"] = sum(m["mode"] == "stop" for m in result.extras.get("algorithm1_mode_per_fold", []))
+    est = result.calibration.as_kwargs()
+    row["estimates"] = {name: float(np.mean([getattr(f, name) if name.startswith("phi") else getattr(f.params, name)
+                                             for f in result.calibration.fits]))
+                        for name in est}
+    belief, _ = filter_beliefs(setting.S, setting.M, **est)
+    y = setting.y.astype(float)
+    row["belief_brier"] = float(np.sum((belief - y) * (belief - y)) / belief.size)
+    row["belief_ece"] = expected_calibration_error(belief, y)
+    return row
+
+
+def setting_calibration_ablation(setting: Setting, config: ReplayConfig, verifier_kind: str,
+                                 n_resamples: int = N_RESAMPLES, seed: int = 0, calibrations=CALIBRATIONS,
+                                 likelihoods=LIKELIHOODS) -> dict:
+    """Every row of the module docstring's ablation for one setting. ``config``: the setting's replay config (04's
+    policy parameters, folds, seed, estimator options), of which each row changes the method, the vote rounds and
+    the likelihood; ``verifier_kind``: the setting's ``verifier.kind``; ``calibrations``, ``likelihoods``: a subset
+    of the rows (``CALIBRATIONS`` entries, ``LIKELIHOODS`` names)."""
+    rows = []
+    for label, method, vote_rounds in calibrations:
+        for likelihood in likelihoods:
+            row = {"calibration": label, "method": method, "vote_rounds": vote_rounds, "likelihood": likelihood}
+            reason = not_applicable(setting, verifier_kind, method, likelihood)
+            if reason is None:
+                cfg = replace(config, method=method, vote_rounds=vote_rounds, likelihood=likelihood)
+                row.update(applies=True, reason="", **ablation_row(setting, cfg, n_resamples, seed))
+            else:
+                row.update(applies=False, reason=reason)
+            rows.append(row)
+    return {"setting": setting.name, "N": setting.n_instances, "M": setting.M, "n_resamples": n_resamples,
+            "seed": seed, "policies": list(POLICIES), "rows": rows}
+
+
+def ablation_lines(ablation: dict) -> list[str]:
+    """One line per row of :func:`setting_calibration_ablation`'s result (05_stats prints them)."""
+    lines = []
+    for r in ablation["rows"]:
+        head = f"{r['calibration']:26s} {r['likelihood']:13s}"
+        if not r["applies"]:
+            lines.append(f"{head} n/a ({r['reason']})")
+            continue
+        parts = []
+        for name in COMPARED:
+            d = r[name]
+            parts.append(f"{name} V={d['V']:.3f} (vs no repair {d['vs_no_repair']['dV']:+.3f} "
+                         f"[{d['vs_no_repair']['dV_low']:+.3f},{d['vs_no_repair']['dV_high']:+.3f}], vs TPM "
+                         f"{d['vs_tpm']['dV']:+.3f} [{d['vs_tpm']['dV_low']:+.3f},{d['vs_tpm']['dV_high']:+.3f}])")
+        lines.append(f"{head} {'; '.join(parts)}; check {r['check']['verdict']}; belief ECE {r['belief_ece']:.3f}")
+    return lines
