@@ -3,6 +3,7 @@ missing indices, the next command, which runs as printed), a model swap's folder
 a sharded run's merged ``run_meta.json``, the store's readers taking a folder's path, and a refused run
 leaving no folder behind (vrr.loop.summary, vrr.loop.store)."""
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -226,3 +227,25 @@ def test_more_missing_shards_than_lines_share_one_command(tmp_path):
     many, = [line for line in lines if line.startswith("next")]
     assert many.startswith("next, for each shard I in 1, 2, 3, 4, 5 (one per node): ") and many.endswith(
         f"generate gsm8k_cpu_favorable --run-name t_many --out-root {tmp_path} --shard I/6")
+
+
+NO_VLLM = """
+import runpy, sys
+import vrr.loop.engine.backend as backend
+backend.vllm_available = lambda: False   # this interpreter has no vllm module, whatever is installed
+runpy.run_module("vrr", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_an_in_process_engine_without_vllm_is_one_line_and_leaves_no_folder(tmp_path):
+    """Without a vllm module the in-process engine is refused before its model is resolved (a registry model
+    would be downloaded first): one line naming the interpreter and what to run instead, status 2."""
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(REPO), VRR_GENERATE_WORKER="1")  # the worker itself: the patch holds
+    proc = run([sys.executable, "-c", NO_VLLM, "generate", "gsm8k_cpu_favorable", "--backend", "vllm-cpu", "--model",
+                "does-not-exist", "--n", "2", "--probe-n", "0", "--out-root", str(out), "--no-progress"], env=env)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    error = proc.stderr.splitlines()[-1]
+    assert error.startswith("error: engine.backend 'vllm-cpu' runs vLLM in this process") and sys.executable in error
+    assert "Traceback" not in proc.stderr and "--backend openai" in error
+    assert not out.exists()
