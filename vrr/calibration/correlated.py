@@ -12,8 +12,10 @@ fit on the probe's M_l = 16 votes per plan apply to the window's M = 8.
         l = sum_unlabeled log[w BB(S; M, mu1, phi1) + (1 - w) BB(S; M, mu0, phi0)]
             + sum_labeled-valid log BB(S; M_l, mu1, phi1) + sum_labeled-invalid log BB(S; M_l, mu0, phi0);
 
-  * the label-free capped mixture is ``estimators.beta_binomial_em`` (App. I "BB-EM"); ``refit_many`` refits it,
-    and the two above, on bootstrap resamples.
+  * ``label_free_bb``      the label-free capped mixture of ``estimators.beta_binomial_em`` (App. I "BB-EM"), the
+                           same fit on the batched optimizer below;
+
+and ``refit_many`` refits each of them on bootstrap resamples (the draws behind Algorithm 1's B_k).
 
 The likelihoods have no closed-form maximizer; they are maximized by Nelder-Mead over logit-scaled parameters,
 which only compares likelihood values, so the fit is the same on every CPU (docs/integrity.md). Here many fits

@@ -13,6 +13,9 @@ Vote-noise estimators (rho0, rho1) from acceptance counts S of M votes:
                               finds the label-free EM in agreement with the probe's labels, the probe's labeled
                               MLE alone where it rejects: there the unlabeled votes do not follow the binomial
                               mixture, and pooling them pulls the rates away from the labels.
+Each of these but ``mom`` has an exchangeable-vote (beta-binomial) counterpart for Eq. 5 with correlated votes
+(``likelihood="beta_binomial"``; ``vrr.calibration.correlated``), which also fits the intra-plan vote
+correlations phi0, phi1.
 Repair transitions (alpha, beta) are frequencies on labeled first-round before/after pairs
 (at most 300), and the prior pi is the validity rate of initial plans. ``crossfit`` fits all of
 them on four folds and applies them to the fifth, so no decision touches its own label.
@@ -247,7 +250,9 @@ def fit_exchangeable_votes(method: str, S, M: int, y=None, seed: int = 0,
                            options: EstimatorOptions = EstimatorOptions(), labeled=None) -> VoteNoiseFit:
     """The exchangeable-vote (beta-binomial) estimator of ``method``, with phi0, phi1: ``labeled_mle`` the
     per-class MLE (labels ``y``), ``binomial_em`` and ``beta_binomial_em`` the label-free capped mixture (App. I),
-    ``semisupervised_em`` the mixture with the labeled plans ``labeled = (S_l, y_l, M_l)`` (vrr.calibration.correlated)."""
+    ``semisupervised_em`` the mixture with the labeled plans ``labeled = (S_l, y_l, M_l)`` (vrr.calibration.correlated).
+    ``semisupervised_checked`` is :func:`calibrate`'s: the check of the label-free binomial EM against the probe
+    picks the semi-supervised fit (passed) or the probe's labeled fit (rejected), under either likelihood."""
     from .correlated import label_free_bb, labeled_bb_mle, semisupervised_bb
 
     if method == "labeled_mle":
