@@ -22,13 +22,11 @@ them on four folds and applies them to the fifth, so no decision touches its own
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 from scipy import special
 
-from ..common import fpmath
 from ..core.model import NoiseParams
 from ..settings import CALIBRATION_METHODS as VOTE_METHODS
 from .check import calibration_check
@@ -140,78 +138,22 @@ def method_of_moments(S, M: int) -> VoteNoiseFit:
                         votes_invalid=M * n * (1 - w), method="mom")
 
 
-@functools.lru_cache(maxsize=64)
-def _log_binomial_coefficients(M: int) -> tuple[np.ndarray, np.ndarray]:
-    """(s, log C(M, s)) for s = 0..M; cached, as the beta-binomial fit evaluates its likelihood ~10^4 times."""
-    s = np.arange(M + 1)
-    log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
-    s.flags.writeable = log_comb.flags.writeable = False
-    return s, log_comb
-
-
-def _betabinom_logpmf(M, mean, phi):
-    # phi = 1 / (a + b + 1) is the intra-plan vote correlation; phi -> 0 gives the binomial.
-    scale = 1.0 / phi - 1.0
-    a, b = mean * scale, (1 - mean) * scale
-    s, log_comb = _log_binomial_coefficients(M)
-    return (log_comb + special.betaln(s + a, M - s + b) - special.betaln(a, b))
-
-
 def beta_binomial_em(S, M: int, phi_cap: float = 0.3, n_restarts: int = 8, seed: int = 0) -> VoteNoiseFit:
     """Capped beta-binomial mixture (App. E, App. I "BB-EM").
 
     Each class draws a per-plan acceptance rate from a Beta with mean mu_c and intra-plan
     correlation phi_c in (0, phi_cap]; the cap keeps one component from absorbing the whole
     spread of S. rho1 = 1 - mu_valid, rho0 = mu_invalid. The beta-binomial M-step has no closed
-    form, so the mixture likelihood that EM climbs is maximized directly (Nelder-Mead over
-    logit-scaled weight, means and correlations, on the histogram of S) from ``n_restarts``
-    seeded starts; the best log-likelihood is kept, polished, and the higher-mean component is "valid".
+    form, so the mixture likelihood that EM climbs is maximized directly by Nelder-Mead over logit-scaled
+    weight, means and correlations, on the histogram of S, from ``n_restarts`` seeded starts; the best is
+    polished, and the higher-mean component is "valid". The simplex search is
+    ``vrr.calibration.correlated.label_free_bb``, whose vertex order breaks ties the same way on every CPU
+    (scipy's sorts its simplex with numpy's SIMD quicksort, which orders ties differently per CPU).
     """
-    from scipy import optimize  # imported on use: only this estimator needs it
+    from .correlated import label_free_bb
 
     _require_votes("beta_binomial_em", M)
-    hist = _histogram(S, M)
-    rng = np.random.default_rng(seed)
-    mask = hist > 0
-    counts = hist[mask]
-
-    def unpack(z):
-        w = special.expit(z[0])
-        mu1, mu0 = special.expit(z[1]), special.expit(z[3])
-        phi1, phi0 = phi_cap * special.expit(z[2]), phi_cap * special.expit(z[4])
-        return w, mu1, phi1, mu0, phi0
-
-    def nll(z):
-        w, mu1, phi1, mu0, phi0 = unpack(z)
-        lv = fpmath.log(w) + _betabinom_logpmf(M, mu1, phi1)
-        li = fpmath.log1p(-w) + _betabinom_logpmf(M, mu0, phi0)
-        return -float(np.sum(counts * np.logaddexp(lv, li)[mask]))
-
-    # Nelder-Mead only compares likelihood values and does its own arithmetic element-wise, so the fit is
-    # the same on every CPU; a quasi-Newton method's finite differences and BLAS calls round differently per
-    # CPU, and the likelihood is so flat towards phi -> 0 (the binomial limit) that this moves rho-hat in the
-    # 5th digit. Loose restarts find the mode, a tight polish from the best one settles it.
-    bounds = [(-12, 12)] * 5
-    best = None
-    for _ in range(n_restarts):
-        z0 = np.array([special.logit(rng.uniform(0.2, 0.8)), special.logit(rng.uniform(0.55, 0.95)),
-                       rng.uniform(-3, 1), special.logit(rng.uniform(0.05, 0.45)), rng.uniform(-3, 1)])
-        res = optimize.minimize(nll, z0, method="Nelder-Mead", bounds=bounds,
-                                options={"xatol": 1e-4, "fatol": 1e-7, "maxiter": 20000, "maxfev": 20000})
-        if best is None or res.fun < best.fun:
-            best = res
-    polished = optimize.minimize(nll, best.x, method="Nelder-Mead", bounds=bounds,
-                                 options={"xatol": 1e-9, "fatol": 1e-11, "maxiter": 20000, "maxfev": 20000})
-    if polished.fun <= best.fun:
-        best = polished
-    w, mu1, phi1, mu0, phi0 = unpack(best.x)
-    if mu0 > mu1:
-        w, mu1, mu0, phi1, phi0 = 1 - w, mu0, mu1, phi0, phi1
-    n = hist.sum()
-    return VoteNoiseFit(rho0=float(mu0), rho1=float(1 - mu1), weight_valid=float(w), loglik=-float(best.fun),
-                        votes_valid=M * n * w, votes_invalid=M * n * (1 - w),
-                        method="beta_binomial_em", converged=bool(best.success), n_iter=int(best.nit),
-                        phi0=float(phi0), phi1=float(phi1))
+    return label_free_bb(S, M, phi_cap=phi_cap, n_restarts=n_restarts, seed=seed)
 
 
 def fit_vote_noise(method: str, S, M: int, y=None, seed: int = 0,
