@@ -188,3 +188,16 @@ def test_sprt_on_committed_windows_reports_changes(calibration):
         assert line in page, f"docs/online.md lacks the bench's line {line!r}; re-run `bench_sequential.py --markdown`"
     head = [line for line in table if line.startswith("| setting |") or line.startswith("| policy |")]
     assert len(head) == 3 and all(line in page for line in head)
+
+
+def test_fold_controllers_refuse_a_beta_binomial_calibration():
+    """The online controller filters with the binomial likelihood: a calibration fit under the exchangeable-vote
+    likelihood is refused naming the field, not run with its rates and without its phi."""
+    from vrr.policies.replay import ReplayConfig, fit_calibration
+
+    truth = NoiseParams(rho0=0.2, rho1=0.2, alpha=0.3, beta=0.2, pi=0.5)
+    setting = simulate_setting(truth, n=120, k_max=2, M=8, seed=1, judge_concentration=3.0)
+    config = ReplayConfig(method="labeled_mle", likelihood="beta_binomial")
+    cf = fit_calibration(setting, config)
+    with pytest.raises(ValueError, match="field 'calibration.likelihood'"):
+        fold_controllers(setting, cf, config, "vrr_stop")

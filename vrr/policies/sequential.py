@@ -99,6 +99,10 @@ def fold_controllers(setting, calibration, config, policy: str, alg_inputs: dict
     controllers (``sequential``, ``error_rate``, ...)."""
     from .replay import algorithm1_inputs
 
+    if config.likelihood != "binomial":
+        # the online controller filters with Eq. 5's binomial likelihood; phi-less rates would mix two models
+        raise ValueError(f"{setting.name}: field 'calibration.likelihood': the online controller runs the binomial "
+                         f"likelihood, and this calibration is {config.likelihood!r}")
     if policy == "algorithm1" and alg_inputs is None:
         alg_inputs = algorithm1_inputs(setting, calibration, config)
     out = []
