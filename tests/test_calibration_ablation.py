@@ -8,7 +8,8 @@ from vrr.calibration.estimators import crossfit
 from vrr.core.model import NoiseParams
 from vrr.data.simulate import simulate_setting
 from vrr.policies import rules
-from vrr.policies.replay import ReplayConfig
+from vrr.calibration.check import folds_verdict
+from vrr.policies.replay import ReplayConfig, replay
 from vrr.report.calibration_ablation_table import ablation_rows
 from vrr.stats.calibration_ablation import (CALIBRATIONS, expected_calibration_error, not_applicable,
                                             setting_calibration_ablation)
@@ -47,6 +48,10 @@ def test_the_labeled_probe_row_is_vrr_stop_under_a_crossfit_of_the_probes_labels
         assert stop[key]["dV_low"] <= stop[key]["dV"] <= stop[key]["dV_high"]
     assert stop["vs_no_repair"]["dV"] == pytest.approx(stop["V"] - row["V"]["No repair"])
     assert row["check"]["verdict"] in ("pass", "reject", "split") and row["check"]["folds"] == 5
+    # the checks the ablation computes once per setting are the ones replay computes for this row alone
+    alone = replay(s, ReplayConfig(method="labeled_mle", vote_rounds="probe"), policies=("Algorithm 1",))
+    assert row["Algorithm 1"]["V"] == float(alone.validity["Algorithm 1"].mean())
+    assert row["check"] == folds_verdict(alone.extras["calibration_check_per_fold"])
 
 
 def test_rows_that_cannot_run_say_na_with_the_reason():

@@ -39,7 +39,8 @@ from ..calibration.check import folds_verdict
 from ..calibration.mixture import MIN_VOTES
 from ..core.belief import filter_beliefs
 from ..data.contract import Setting
-from ..policies.replay import TPM, ReplayConfig, replay
+from ..calibration.estimators import CrossFit
+from ..policies.replay import TPM, ReplayConfig, fit_calibration, fold_check, replay
 from ..settings import DETERMINISTIC_VERIFIERS
 from .inference import N_RESAMPLES, paired_bootstrap
 
@@ -94,9 +95,26 @@ def _interval(a, b, n_resamples: int, seed: int) -> dict:
     return {"dV": iv.estimate, "dV_low": iv.low, "dV_high": iv.high}
 
 
-def ablation_row(setting: Setting, config: ReplayConfig, n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict:
-    """One applicable row: the replay under ``config`` and what the module docstring lists."""
-    result = replay(setting, config, policies=POLICIES)
+def fit_with_checks(setting: Setting, config: ReplayConfig, checks: list | None) -> tuple[CrossFit, list]:
+    """The cross-fit calibration under ``config`` with each fold's calibration check attached, and the checks.
+
+    The check compares the label-free EM on a fold's round-0 votes with the probe's labels
+    (``vrr.policies.replay.fold_check``); it does not depend on the row's method or likelihood, so it is computed
+    once per setting (``checks`` None: here) and handed to replay through the fits, whose check replay reuses. A
+    fit that ran its own check (``semisupervised_checked``) keeps it: it is the same computation."""
+    cf = fit_calibration(setting, config)
+    if checks is None:
+        checks = [fit.check if fit.check is not None else fold_check(setting, cf, f, config)
+                  for f, fit in enumerate(cf.fits)]
+    fits = [fit if fit.check is not None else replace(fit, check=check) for fit, check in zip(cf.fits, checks)]
+    return CrossFit(folds=cf.folds, fits=fits), checks
+
+
+def ablation_row(setting: Setting, config: ReplayConfig, n_resamples: int = N_RESAMPLES, seed: int = 0,
+                 calibration: CrossFit | None = None) -> dict:
+    """One applicable row: the replay under ``config`` (with ``calibration``, the cross-fit of
+    :func:`fit_with_checks`, when given) and what the module docstring lists."""
+    result = replay(setting, config, policies=POLICIES, calibration=calibration)
     v = result.validity
     row: dict = {"V": {name: float(v[name].mean()) for name in POLICIES}, "tpm_source": result.tpm_source}
     for name in COMPARED:
@@ -125,13 +143,15 @@ def setting_calibration_ablation(setting: Setting, config: ReplayConfig, verifie
     the likelihood; ``verifier_kind``: the setting's ``verifier.kind``; ``calibrations``, ``likelihoods``: a subset
     of the rows (``CALIBRATIONS`` entries, ``LIKELIHOODS`` names)."""
     rows = []
+    checks = None
     for label, method, vote_rounds in calibrations:
         for likelihood in likelihoods:
             row = {"calibration": label, "method": method, "vote_rounds": vote_rounds, "likelihood": likelihood}
             reason = not_applicable(setting, verifier_kind, method, likelihood)
             if reason is None:
                 cfg = replace(config, method=method, vote_rounds=vote_rounds, likelihood=likelihood)
-                row.update(applies=True, reason="", **ablation_row(setting, cfg, n_resamples, seed))
+                cf, checks = fit_with_checks(setting, cfg, checks)
+                row.update(applies=True, reason="", **ablation_row(setting, cfg, n_resamples, seed, calibration=cf))
             else:
                 row.update(applies=False, reason=reason)
             rows.append(row)
