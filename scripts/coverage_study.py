@@ -20,11 +20,11 @@ c, ``vrr.data.simulate``); the true G_k is then the binomial filter's under the 
 likelihood under the true rates and the true vote correlation phi0 = phi1 = 1 / (c + 1) (0 without
 ``--concentration``).
 
-    python scripts/coverage_study.py --reps 40                       # the table of docs/integrity.md
-    python scripts/coverage_study.py --reps 40 --method semisupervised_checked
+    python scripts/coverage_study.py --reps 100 --j 0.2,0.3,0.46     # the first table of docs/integrity.md
+    python scripts/coverage_study.py --reps 100 --j 0.2,0.3,0.46 --method semisupervised_checked
+    python scripts/coverage_study.py --reps 200 --j 0.2,0.3,0.46 --method semisupervised_checked \
+        --concentration 2.33 [--likelihood beta_binomial]            # correlated votes (docs/integrity.md)
     python scripts/coverage_study.py --reps 10 --boot 100            # a quick look
-    python scripts/coverage_study.py --reps 40 --method semisupervised_checked --concentration 2.33 \
-        --likelihood beta_binomial                                   # correlated votes, exchangeable likelihood
 """
 from __future__ import annotations
 
