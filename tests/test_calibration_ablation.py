@@ -1,6 +1,8 @@
 """The calibration ablation (vrr.stats.calibration_ablation) and its table (vrr.report.calibration_ablation_table):
 a row reproduces VRR-Stop under an independently assembled calibration, rows that cannot run say n/a and why, and
 on correlated votes with known truth the beta-binomial likelihood's belief is the better calibrated one."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -10,8 +12,10 @@ from vrr.data.simulate import simulate_setting
 from vrr.policies import rules
 from vrr.calibration.check import folds_verdict
 from vrr.policies.replay import ReplayConfig, replay
-from vrr.report.calibration_ablation_table import ablation_rows
-from vrr.stats.calibration_ablation import (CALIBRATIONS, expected_calibration_error, not_applicable,
+from vrr.common.jsonio import write_json
+from vrr.report.calibration_ablation_table import table_calibration_ablation
+from vrr.report.render import read_csv
+from vrr.stats.calibration_ablation import (ABLATION_FILE, CALIBRATIONS, expected_calibration_error, not_applicable,
                                             setting_calibration_ablation)
 
 # the Qwen-3B stress row's parameters (settings/sim_qwen3b_pmstress.yaml), votes correlated 1 / (2.33 + 1) = 0.3
@@ -54,7 +58,7 @@ def test_the_labeled_probe_row_is_vrr_stop_under_a_crossfit_of_the_probes_labels
     assert row["check"] == folds_verdict(alone.extras["calibration_check_per_fold"])
 
 
-def test_rows_that_cannot_run_say_na_with_the_reason():
+def test_rows_that_cannot_run_say_na_with_the_reason(tmp_path):
     no_probe = correlated(n=60, probe_n=0)
     out = setting_calibration_ablation(no_probe, ReplayConfig(), "llm_judge", n_resamples=50,
                                        likelihoods=("binomial",))
@@ -63,9 +67,14 @@ def test_rows_that_cannot_run_say_na_with_the_reason():
     for name in ("labeled probe", "semi-supervised (checked)"):
         assert not by[name]["applies"] and by[name]["reason"] == "no labeled probe"
         assert "VRR-Stop" not in by[name]
-    table = {r["calibration"]: r for r in ablation_rows("no probe", out)}
-    assert table["labeled probe"]["stop_V"] == "n/a (no labeled probe)"
+    write_json(tmp_path / "correlated_test" / ABLATION_FILE, out)
+    results = SimpleNamespace(root=tmp_path, runs=["correlated_test", "without_ablation"], label=lambda run: "no probe")
+    assert len(table_calibration_ablation(results, tmp_path / "tables")) == 3
+    table = {r["calibration"]: r for r in read_csv(tmp_path / "tables" / "calibration_ablation.csv")}
+    assert len(table) == 3
+    assert table["labeled probe"]["stop_V"] == "n/a (no labeled probe)" and table["labeled probe"]["check"] == ""
     assert table["label-free EM"]["stop_V"] == f"{by['label-free EM']['VRR-Stop']['V']:.3f}"
+    assert table["label-free EM"]["tpm_V"] == f"{by['label-free EM']['V']['TPM reference']:.3f}"
 
     s = correlated(n=60)
     for method in ("binomial_em", "semisupervised_checked"):   # deterministic votes repeat one answer

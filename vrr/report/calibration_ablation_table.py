@@ -1,5 +1,7 @@
 """The calibration-ablation table (06_figures): every setting's ``calibration_ablation.json`` (05_stats,
-``vrr.stats.calibration_ablation``) in one CSV and LaTeX table, a row per setting, calibration and likelihood."""
+``vrr.stats.calibration_ablation``) in one CSV and LaTeX table, a row per setting, calibration and likelihood.
+Its TPM column is the reference each row's differences are taken to: the TPM filters with the row's likelihood, so
+the binomial and the beta-binomial rows of one setting have different references."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,7 +15,7 @@ COLUMNS = [("setting", "Setting"), ("calibration", "Calibration"), ("likelihood"
            ("stop_V", "VRR-Stop V"), ("stop_vs_none", "VRR-Stop - no repair [95% CI]"),
            ("stop_vs_tpm", "VRR-Stop - TPM [95% CI]"), ("alg1_V", "Alg. 1 V"),
            ("alg1_vs_none", "Alg. 1 - no repair [95% CI]"), ("alg1_vs_tpm", "Alg. 1 - TPM [95% CI]"),
-           ("check", "Calibration check"), ("belief_ece", "Belief ECE")]
+           ("tpm_V", "TPM V"), ("check", "Calibration check"), ("belief_ece", "Belief ECE")]
 
 
 def _difference(record: dict) -> str:
@@ -28,13 +30,13 @@ def ablation_rows(label: str, ablation: dict) -> list[dict]:
                "likelihood": r["likelihood"]}
         if not r["applies"]:
             row.update(stop_V=f"n/a ({r['reason']})", stop_vs_none="", stop_vs_tpm="", alg1_V="n/a",
-                       alg1_vs_none="", alg1_vs_tpm="", check="", belief_ece="")
+                       alg1_vs_none="", alg1_vs_tpm="", tpm_V="", check="", belief_ece="")
         else:
             stop, alg1 = r["VRR-Stop"], r["Algorithm 1"]
             row.update(stop_V=f"{stop['V']:.3f}", stop_vs_none=_difference(stop["vs_no_repair"]),
                        stop_vs_tpm=_difference(stop["vs_tpm"]), alg1_V=f"{alg1['V']:.3f}",
                        alg1_vs_none=_difference(alg1["vs_no_repair"]), alg1_vs_tpm=_difference(alg1["vs_tpm"]),
-                       check=folds_verdict_text(r["check"]), belief_ece=f"{r['belief_ece']:.3f}")
+                       tpm_V=f"{r['V']['TPM reference']:.3f}", check=folds_verdict_text(r["check"]), belief_ece=f"{r['belief_ece']:.3f}")
         rows.append(row)
     return rows
 
