@@ -36,10 +36,10 @@ from dataclasses import replace
 import numpy as np
 
 from ..calibration.check import folds_verdict
+from ..calibration.estimators import CrossFit
 from ..calibration.mixture import MIN_VOTES
 from ..core.belief import filter_beliefs
 from ..data.contract import Setting
-from ..calibration.estimators import CrossFit
 from ..policies.replay import TPM, ReplayConfig, fit_calibration, fold_check, replay
 from ..settings import DETERMINISTIC_VERIFIERS
 from .inference import N_RESAMPLES, paired_bootstrap
