@@ -44,6 +44,9 @@ for name, ablate in (("gsm8k_cpu_pmstress", True), ("sim_nonstationary", False))
     stats = vrr.setting_statistics(arrays, vrr.load_replay(paths.replay), n_resamples=200, seed=0,
                                    ablations=ablations if ablate else None)
     vrr.write_json(paths.stats, stats)
+    ablation = vrr.stats.setting_calibration_ablation(arrays, config, cfg["verifier"]["kind"], n_resamples=200)
+    vrr.write_json(paths.results_dir / "calibration_ablation.json", ablation)
+    written.append(paths.results_dir / "calibration_ablation.json")
     vrr.report.table_stopping(vrr.report.Results(out, [paths.run]), paths.run, paths.results_dir)
     written += [paths.calibration, paths.replay, paths.stats, paths.results_dir / f"stopping_{paths.run}.csv"]
 grid = flip_risk_grid([0.05, 0.45], [0.0, 0.1, 0.3, 1.0], n_reps=2, n_eval=60, seed=0)
@@ -102,7 +105,7 @@ def test_every_cpu_kind_writes_the_same_calibration_replay_statistics_and_tables
         digests = dict(zip(kinds, pool.map(lambda item: run_kind(item[1], tmp_path / f"kind{item[0]}"),
                                            enumerate(kinds.values()))))
     first, *others = kinds
-    assert len(digests[first]) == 9
+    assert len(digests[first]) == 11
     for kind in others:
         differ = sorted(f for f in digests[first] if digests[kind][f] != digests[first][f])
         assert not differ, f"{kind!r} ({kinds[kind]}) writes other bytes than {first!r}: {differ}"
