@@ -249,3 +249,16 @@ def test_an_in_process_engine_without_vllm_is_one_line_and_leaves_no_folder(tmp_
     assert error.startswith("error: engine.backend 'vllm-cpu' runs vLLM in this process") and sys.executable in error
     assert "Traceback" not in proc.stderr and "--backend openai" in error
     assert not out.exists()
+
+
+def test_relabel_writes_a_sharded_run_s_merged_run_meta(tmp_path):
+    """`python -m vrr label <run>` rebuilds the arrays and, like finalizing, keeps one run_meta.json with every
+    shard's sessions."""
+    for shard in ("0/2", "1/2"):
+        run(BASE + ["--run-name", "s", "--out-root", str(tmp_path), "--shard", shard, "--no-finalize"])
+    merged = tmp_path / "s" / "run_meta.json"
+    merged.unlink(missing_ok=True)
+    proc = run([sys.executable, "-m", "vrr", "label", str(tmp_path / "s")])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-1] == "complete"
+    assert [s["shard"] for s in json.loads(merged.read_text())["sessions"]] == ["0/2", "1/2"]

@@ -177,6 +177,10 @@ def finalize_setting(paths: store.RunPaths, cfg: RunConfig | None = None,
 
 
 def relabel(run_dir: str | Path) -> str:
-    """Rebuild a run's arrays from its stored records and config (no engine)."""
+    """Rebuild a run's arrays from its stored records and config (no engine); a sharded run's ``run_meta.json``
+    is rewritten with every shard's sessions (``store.merge_run_meta``), as finalizing a generation does."""
     run_dir = Path(run_dir)
-    return finalize_setting(store.RunPaths(run_dir.parent, run_dir.name))
+    paths = store.RunPaths(run_dir.parent, run_dir.name)
+    status = finalize_setting(paths)
+    store.merge_run_meta(paths)
+    return status
