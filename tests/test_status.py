@@ -197,3 +197,16 @@ def test_the_readme_says_which_stress_plans_calibrated_vrr_stop_repairs(committe
     observed = st["labels"]["initial_votes"]["valid"]["observed"]
     assert [int(m[4]), int(m[5])] == observed[:2] and int(m[3]) == first_valid.sum()
     assert int(m[2]) == (repaired & first_valid).sum() == int(m[4]) + int(m[5])
+
+
+def test_an_out_root_that_is_a_file_is_an_error_not_an_empty_run(tmp_path):
+    """`--out-root` naming a file cannot hold a run: exit 2 naming the file, not "nothing generated yet"."""
+    path = tmp_path / "not_a_folder"
+    path.write_text("x")
+    with pytest.raises(store.RunStoreError, match=f"{path}: is a file, not a folder"):
+        main(["status", "mbpp_cpu_favorable", "--out-root", str(path), "--no-labels"])
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "vrr", "status", "mbpp_cpu_favorable", "--out-root", str(path),
+                           "--no-labels"], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 2 and f"{path}: is a file, not a folder" in proc.stderr

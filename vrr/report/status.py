@@ -34,6 +34,11 @@ def run_status(paths: store.RunPaths, cfg: RunConfig, labels: bool = True) -> di
     and pooled over every round's plans; alpha, beta as frequencies of the first repair's transitions (App. A);
     the initial plans by label and accept count, beside the counts Eq. 3's independent votes expect.
     """
+    for folder in (paths.dir, *paths.dir.parents):
+        if folder.exists():
+            if not folder.is_dir():  # nothing can be stored under a file: a mistyped --out-root, not "nothing yet"
+                raise store.RunStoreError(folder, f"is a file, not a folder (the run folder is {paths.dir})")
+            break
     started = paths.config.exists()
     if started:
         cfg = from_stored(store.read_stored_config(paths), str(paths.config))
