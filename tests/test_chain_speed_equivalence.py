@@ -11,9 +11,8 @@ import sys
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
-from scipy import stats
 
-from vrr.calibration.estimators import (_betabinom_logpmf, _em_restarts, _em_starts, binomial_mixture_em, em_step,
+from vrr.calibration.estimators import (_em_restarts, _em_starts, binomial_mixture_em, em_step,
                                         binomial_mixture_em_each, binomial_mixture_em_many, calibrate)
 from vrr.calibration.identifiability import (PARAM_NAMES, _gain_path, bootstrap_intervals, bootstrap_intervals_each,
                                              error_radius, radius_grid)
@@ -120,14 +119,6 @@ def test_bootstrap_box_of_one_fold_equals_the_batched_folds(method):
         assert bootstrap_intervals(S, y, 8, n_boot=40, seed=seed, method=method) == box
         point = calibrate(S, y, 8, seed=seed, method=method).params.as_dict()
         assert all(box[k][0] <= point[k] <= box[k][1] for k in PARAM_NAMES)
-
-
-@pytest.mark.parametrize("mean, phi", [(0.3, 0.05), (0.8, 0.29), (0.5, 1e-4)])
-def test_cached_beta_binomial_likelihood_matches_scipy(mean, phi):
-    scale = 1.0 / phi - 1.0
-    want = stats.betabinom.logpmf(np.arange(9), 8, mean * scale, (1 - mean) * scale)
-    np.testing.assert_allclose(_betabinom_logpmf(8, mean, phi), want, rtol=1e-10, atol=1e-12)
-    assert _betabinom_logpmf(8, mean, phi).tobytes() == _betabinom_logpmf(8, mean, phi).tobytes()
 
 
 def test_the_first_notebooks_start_without_scipy_stats_statsmodels_or_matplotlib():
