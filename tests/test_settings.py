@@ -312,3 +312,16 @@ def test_a_missing_dataset_whose_hub_fallback_fails_names_the_folders_and_the_ca
     with pytest.raises(FileNotFoundError, match="no local gsm8k test.jsonl") as info:
         read_jsonl_rows("gsm8k", "test", "VRR_GSM8K_DIR", missing, allow_hub=False, from_hub=offline)
     assert "hub" not in str(info.value)
+
+
+def test_the_resampling_control_draws_from_the_problem_s_own_statement():
+    """mbpp_cpu_loop_resample edits nothing: every round of the control is a first draft of the unedited problem
+    (the prompt mismatch is the repairer's, and the control has no repairer); a regime that perturbs still needs an
+    edit (the test above)."""
+    from vrr.loop.config import run_config
+
+    rc = run_config(load_config("mbpp_cpu_loop_resample"))
+    assert rc.repair_mode == "resample" and rc.perturb == "none"
+    assert not any(rc.perturbed_round(k) for k in range(rc.K_max + 1))
+    loop = run_config(load_config("mbpp_cpu_loop"))
+    assert [k for k in range(loop.K_max + 1) if loop.perturbed_round(k)] == [3, 4, 5, 6]
