@@ -29,9 +29,10 @@ import numpy as np
 from scipy import special
 
 from ..common import fpmath
+from ..settings import CALIBRATION_LIKELIHOODS as LIKELIHOODS
 from .mixture import VoteNoiseFit
+from .semisupervised import _log_comb
 
-LIKELIHOODS = ("binomial", "beta_binomial")
 PHI_MAX = 0.99        # phi -> 1: every vote on a plan agrees; the labels pin the classes, so no tighter cap is needed
 Z_BOUND = 12.0        # logit bounds of every parameter (rates within 6e-6 of 0 and 1)
 POINT_TOL = dict(xatol=1e-8, fatol=1e-11)
@@ -136,11 +137,6 @@ def bb_log_pmf(M: int, mean, phi) -> np.ndarray:
         rej = np.concatenate([zeros, np.cumsum(fpmath.log((1.0 - mean) + i * theta), axis=1)], axis=1)
     norm = np.cumsum(fpmath.log1p(i * theta), axis=1)[:, -1:] if M else zeros
     return acc + rej[:, ::-1] - norm
-
-
-def _log_comb(M: int) -> np.ndarray:
-    s = np.arange(M + 1, dtype=float)
-    return special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
 
 
 def _dot(h, table) -> np.ndarray:

@@ -41,7 +41,7 @@ from ..calibration.mixture import MIN_VOTES
 from ..core.belief import filter_beliefs
 from ..data.contract import Setting
 from ..policies.replay import TPM, ReplayConfig, fit_calibration, fold_check, replay
-from ..settings import DETERMINISTIC_VERIFIERS
+from ..settings import CALIBRATION_LIKELIHOODS as LIKELIHOODS, DETERMINISTIC_VERIFIERS
 from .inference import N_RESAMPLES, paired_bootstrap
 
 ABLATION_FILE = "calibration_ablation.json"   # results/<setting>/, written by 05_stats
@@ -49,7 +49,6 @@ ABLATION_FILE = "calibration_ablation.json"   # results/<setting>/, written by 0
 CALIBRATIONS = (("label-free EM", "binomial_em", "first"),
                 ("labeled probe", "labeled_mle", "probe"),
                 ("semi-supervised (checked)", "semisupervised_checked", "first"))
-LIKELIHOODS = ("binomial", "beta_binomial")
 POLICIES = ("No repair", "VRR-Stop", "Algorithm 1", TPM)
 COMPARED = ("VRR-Stop", "Algorithm 1")
 ECE_BINS = 10
