@@ -43,7 +43,7 @@ def test_make_reproduce_writes_every_notebook_table_figure_and_the_index(chain_r
     tables = results / "tables"
     for name in ("robustness", "loop_dynamics", "calibration_stress", "paired_stats", "ablation_delta",
                  "ablation_n_calib", "ablation_calibration_input", "stopping_sim_qwen3b_pmstress",
-                 "stopping_gsm8k_cpu_pmstress", "iterative_feedback", "round_dynamics", "calibration_ablation"):
+                 "stopping_gsm8k_cpu_pmstress", "iterative_feedback", "round_dynamics", "calibration_ablation", "loop_pairs"):
         rows = list(csv.DictReader(open(tables / f"{name}.csv")))
         assert rows, name
         tex = (tables / f"{name}.tex").read_text()

@@ -5,10 +5,10 @@ paper's table and figure builders (``paper``) and ``write_index``.
 """
 from .index import publish, staging_dir, write_index  # noqa: F401
 from .paper import (  # noqa: F401
-    PAPER_POLICY_ORDER, Results, flip_grid, flip_region_rates, loop_dynamics_panels, pareto_panels,
+    PAPER_POLICY_ORDER, Results, flip_grid, flip_region_rates, loop_dynamics_panels, parse_loop_pairs, pareto_panels,
     perturbation_start, probe_figure_inputs, table_ablations,
     table_calibration_stress, table_iterative_feedback, table_loop_dynamics, table_paired, table_robustness,
-    table_round_dynamics,
+    table_loop_pairs, table_round_dynamics,
     table_stopping, verifier_markers,
 )
 from .render import (  # noqa: F401

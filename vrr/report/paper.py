@@ -17,6 +17,7 @@ from ..data.contract import load_setting
 from ..calibration.identifiability import flip_risk_grid
 from ..policies.replay import TPM, load_calibration, replay
 from ..settings import load_config
+from ..stats.analysis import round_changes
 
 PAPER_POLICY_ORDER = ["No repair", "Majority stopping", "ConfStop-0.85", "Fixed K=1", "Fixed K=3", "Fixed K=5",
                       "Accepted-first", "Last-accepted", "Verifier-best", "VRR-Stop", "VRR-Stop (label-free EM)",
@@ -315,15 +316,65 @@ def perturbation_start(setting: str) -> int | None:
     return int(start) if start else None
 
 
+def parse_loop_pairs(text: str) -> list[tuple[str, str]]:
+    """The ``loop_pairs`` parameter of 06_figures, "run:control,run:control", as (run, control) pairs."""
+    pairs = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        names = [name.strip() for name in item.split(":")]
+        if len(names) != 2 or not all(names):
+            raise ValueError(f"loop_pairs: each pair is 'run:control' (two setting names), got {item!r}")
+        pairs.append((names[0], names[1]))
+    return pairs
+
+
+def _pair_windows(results_root: str | Path, pairs: Sequence[tuple[str, str]]):
+    """(run, control, their two calibration.json) of each pair whose two calibration.json exist."""
+    for main, control in pairs:
+        paths = [Path(results_root) / r / "calibration.json" for r in (main, control)]
+        if all(p.is_file() for p in paths):
+            yield main, control, paths
+
+
+def table_loop_pairs(results_root: str | Path, pairs: Sequence[tuple[str, str]], out_dir: Path) -> list[dict]:
+    """Validity by round of each loop pair (repair and its resampling control, the loop-dynamics figure) with
+    the McNemar-resolved changes (``vrr.stats.round_changes``): one row per pair and round, where ``perturbed``
+    marks the rounds from the run's prompt mismatch on."""
+    rows = []
+    for main, control, paths in _pair_windows(results_root, pairs):
+        arms = [round_changes(load_setting(Path(read_json(p)["arrays_path"])).y) for p in paths]
+        if len(arms[0]) != len(arms[1]):
+            raise ValueError(f"loop_pairs {main}:{control}: the two windows have {len(arms[0])} and "
+                             f"{len(arms[1])} rounds; a pair shares its schedule")
+        start = perturbation_start(main)
+        for repair, resample in zip(*arms):
+            k = repair["round"]
+            rows.append({"setting": main, "control": control, "round": k,
+                         "perturbed": start is not None and k >= start,
+                         "Q_repair": repair["Q"], "gained": repair["gained"], "lost": repair["lost"],
+                         "p_repair_vs_round0": repair["p_vs_round0"], "p_repair_vs_previous": repair["p_vs_previous"],
+                         "Q_resample": resample["Q"], "p_resample_vs_round0": resample["p_vs_round0"],
+                         "p_resample_vs_previous": resample["p_vs_previous"]})
+    if rows:
+        rep.write_table(rows, [("setting", "Setting"), ("control", "Control"), ("round", "Round"),
+                               ("perturbed", "Mismatch"), ("Q_repair", "Q repair"), ("gained", "Gained"),
+                               ("lost", "Lost"), ("p_repair_vs_round0", "p vs 0"),
+                               ("p_repair_vs_previous", "p vs k-1"), ("Q_resample", "Q resample"),
+                               ("p_resample_vs_round0", "p vs 0 (resample)"),
+                               ("p_resample_vs_previous", "p vs k-1 (resample)")],
+                        out_dir / "loop_pairs",
+                        caption="Repeated repair against independent resampling under the same schedule: validity "
+                                "by round, instances gained and lost since round 0, exact McNemar p (uncorrected).")
+    return rows
+
+
 def loop_dynamics_panels(results_root: str | Path, pairs: Sequence[tuple[str, str]]) -> list[dict]:
     """Panels of the loop-dynamics figure: for each (non-stationary run, resampling control) pair whose
     two calibration.json exist, the validity by round of both and the run's interior peak round (if any),
     titled real or simulated."""
     panels = []
-    for main, control in pairs:
-        paths = [Path(results_root) / r / "calibration.json" for r in (main, control)]
-        if not all(p.is_file() for p in paths):
-            continue
+    for main, control, paths in _pair_windows(results_root, pairs):
         ld_main, ld_control = (read_json(p)["loop_dynamics"] for p in paths)
         kind = "real" if ld_main.get("kind") == "real" else "simulated"
         panels.append({"title": f"{ld_main['label'].replace(' (sim.)', '')} [{kind}, N={ld_main['N']}]",

@@ -21,6 +21,7 @@ from .analysis import (  # noqa: F401
     PAIRED_COMPARISONS,
     paired_comparisons,
     round_vs_round,
+    round_changes,
     delta_sweep,
     n_calib_sweep,
     calibration_input_sweep,

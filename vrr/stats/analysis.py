@@ -188,6 +188,24 @@ def round_vs_round(y, a: int, b: int, n_resamples: int = N_RESAMPLES, seed: int 
     return {"comparison": f"round {a} vs round {b}", "dV": iv.estimate, "dV_low": iv.low, "dV_high": iv.high}
 
 
+def round_changes(y) -> list[dict]:
+    """Validity by round with its paired changes (the loop-dynamics figure's real pairs): for each round k,
+    Q_k, the instances that turned valid (``gained``) and invalid (``lost``) since round 0, and the exact McNemar
+    p of round k against round 0 and against round k - 1 (each comparison on its own, not corrected for the
+    number of rounds; :func:`trajectory_shape` is the corrected summary)."""
+    y = np.asarray(y)
+    if y.ndim != 2 or y.shape[1] < 2 or y.shape[0] < 1:
+        raise ValueError(f"round_changes: y must be [instances, rounds] with at least 2 rounds, got shape {y.shape}")
+    y = y.astype(bool)
+    rows = []
+    for k in range(y.shape[1]):
+        rows.append({"round": k, "Q": float(y[:, k].mean()),
+                     "gained": int(np.sum(~y[:, 0] & y[:, k])), "lost": int(np.sum(y[:, 0] & ~y[:, k])),
+                     "p_vs_round0": mcnemar_exact(y[:, 0], y[:, k]) if k else float("nan"),
+                     "p_vs_previous": mcnemar_exact(y[:, k - 1], y[:, k]) if k else float("nan")})
+    return rows
+
+
 # ---------------------------------------------------------------- ablations (App. I)
 def delta_sweep(setting: Setting, deltas=range(0, 9), config: ReplayConfig = ReplayConfig()) -> list[dict]:
     """VRR-Guard validity for each retention margin delta (App. I "Retention-margin ablation")."""
