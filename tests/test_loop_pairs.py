@@ -69,5 +69,7 @@ def test_the_table_reads_each_pair_from_its_calibrations(calibration, tmp_path):
     switch = rows[start]
     assert switch["Q_repair"] < rows[start - 1]["Q_repair"] and switch["p_repair_vs_previous"] < 1e-6
     assert all(r["p_resample_vs_previous"] > 0.01 for r in rows[start:])
+    panel, = vrr.report.loop_dynamics_panels(root, [pair])
+    assert panel["p_main_vs_round0"][1:] == [r["p_repair_vs_round0"] for r in rows][1:]   # the figure's rings
     written = list(csv.DictReader(open(tmp_path / "loop_pairs.csv")))
     assert len(written) == len(rows) and written[start]["perturbed"] == "True"

@@ -371,14 +371,16 @@ def table_loop_pairs(results_root: str | Path, pairs: Sequence[tuple[str, str]],
 
 def loop_dynamics_panels(results_root: str | Path, pairs: Sequence[tuple[str, str]]) -> list[dict]:
     """Panels of the loop-dynamics figure: for each (non-stationary run, resampling control) pair whose
-    two calibration.json exist, the validity by round of both and the run's interior peak round (if any),
-    titled real or simulated."""
+    two calibration.json exist, the validity by round of both, the run's interior peak round (if any) and the
+    exact McNemar p of each repaired round against round 0, titled real or simulated."""
     panels = []
     for main, control, paths in _pair_windows(results_root, pairs):
         ld_main, ld_control = (read_json(p)["loop_dynamics"] for p in paths)
         kind = "real" if ld_main.get("kind") == "real" else "simulated"
+        changes = round_changes(load_setting(Path(read_json(paths[0])["arrays_path"])).y)
         panels.append({"title": f"{ld_main['label'].replace(' (sim.)', '')} [{kind}, N={ld_main['N']}]",
                        "q_main": ld_main["Q"], "q_control": ld_control["Q"], "peak_round": ld_main["peak_round"],
+                       "p_main_vs_round0": [r["p_vs_round0"] for r in changes],
                        "perturb_round": perturbation_start(main), "settings": (main, control)})
     return panels
 
