@@ -13,7 +13,8 @@ from scipy import special, stats
 from vrr.calibration.correlated import labeled_bb_mle, semisupervised_bb
 from vrr.calibration.estimators import CrossFit, calibrate, crossfit
 from vrr.calibration.semisupervised import semisupervised_em
-from vrr.core.belief import exchangeable_vote_log_likelihood, filter_beliefs, vote_log_likelihoods
+from vrr.core.belief import (exchangeable_vote_log_likelihood, exchangeable_vote_log_pmf, filter_beliefs,
+                             vote_log_likelihoods)
 from vrr.data.contract import Setting, load_setting
 from vrr.policies.replay import LABEL_FREE, TPM, ReplayConfig, replay
 from vrr.settings import SettingConfigError, load_config
@@ -72,6 +73,50 @@ def test_exchangeable_likelihood_tends_to_the_binomial():
         vote_log_likelihoods(S, M, 0.2, 0.3, phi0=0.2)
     with pytest.raises(ValueError, match="phi"):
         exchangeable_vote_log_likelihood(S, M, 0.2, 1.0)
+
+
+def scipy_log_likelihood(S, M: int, mu: float, phi: float) -> np.ndarray:
+    """log P(S) - log C(M, S) from scipy: the beta-binomial; at phi = 0 the binomial; at mu in {0, 1} the point
+    mass at S = M mu (every plan of the class has that acceptance rate)."""
+    S = np.asarray(S)
+    if mu in (0.0, 1.0):
+        return np.where(S == M * mu, 0.0, -np.inf)
+    log_comb = np.log(special.comb(M, S))
+    if phi == 0.0:
+        return stats.binom.logpmf(S, M, mu) - log_comb
+    c = 1 / phi - 1
+    return stats.betabinom.logpmf(S, M, mu * c, (1 - mu) * c) - log_comb
+
+
+def likelihood_cases(rng, n_random: int = 12):
+    """(mu, phi) pairs: the boundary rates 0 and 1, independent votes phi = 0, and random interior points."""
+    edges = [(0.0, 0.0), (1.0, 0.0), (0.0, 0.4), (1.0, 0.7), (0.3, 0.0), (0.999, 0.0), (1e-6, 0.2), (0.5, 0.98)]
+    return np.array(edges + list(zip(rng.uniform(0, 1, n_random), rng.uniform(0, 0.95, n_random))))
+
+
+@pytest.mark.parametrize("M", [0, 1, 2, 8, 16, 33])
+def test_both_entries_of_the_exchangeable_likelihood_are_scipys(M):
+    """The batched table the beta-binomial fits read ([C, M+1], vrr.calibration.correlated) and the filter's
+    likelihood at given counts (broadcast over S and the parameters) both equal scipy's pmf, edges included."""
+    cases = likelihood_cases(np.random.default_rng(M))
+    mu, phi = cases[:, 0], cases[:, 1]
+    S = np.arange(M + 1)
+    expected = np.stack([scipy_log_likelihood(S, M, m, p) for m, p in cases])
+    table = exchangeable_vote_log_pmf(M, mu, phi)
+    assert table.shape == (len(cases), M + 1)
+    np.testing.assert_allclose(table, expected, rtol=1e-11, atol=1e-11)
+    assert exchangeable_vote_log_pmf(M, 0.3, 0.2).shape == (M + 1,)
+    counts = np.random.default_rng(M + 100).integers(0, M + 1, size=(7, 1))
+    at_counts = exchangeable_vote_log_likelihood(counts, M, mu[None, :], phi[None, :])
+    assert at_counts.shape == (7, len(cases))
+    np.testing.assert_allclose(at_counts, expected[np.arange(len(cases))[None, :], counts], rtol=1e-11, atol=1e-11)
+
+
+def test_the_exchangeable_likelihood_refuses_counts_outside_0_to_M():
+    for bad in (9, -1, 2.5, np.nan):
+        with pytest.raises(ValueError, match="accept counts"):
+            exchangeable_vote_log_likelihood(np.array([3, bad]), 8, 0.4, 0.2)
+    assert exchangeable_vote_log_likelihood(np.array([3.0, 8.0]), 8, 0.4, 0.2).shape == (2,)
 
 
 # ---------------------------------------------------------------- the estimators

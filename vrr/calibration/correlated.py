@@ -21,7 +21,8 @@ The likelihoods have no closed-form maximizer; they are maximized by Nelder-Mead
 which only compares likelihood values, so the fit is the same on every CPU (docs/integrity.md). Here many fits
 (restarts, folds, the bootstrap behind B_k) run as one batch of independent simplices (:func:`nelder_mead_many`):
 every simplex goes through the element-wise operations it would go through alone. Everything runs on count
-histograms; the log-pmf is the product form of ``vrr.core.belief.exchangeable_vote_log_likelihood``.
+histograms; the log-pmf table is Eq. 5's exchangeable-vote likelihood in its product form,
+``vrr.core.belief.exchangeable_vote_log_pmf``, read at every count.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ import numpy as np
 from scipy import special
 
 from ..common import fpmath
+from ..core.belief import exchangeable_vote_log_pmf
 from ..settings import CALIBRATION_LIKELIHOODS as LIKELIHOODS
 from .mixture import VoteNoiseFit
 from .semisupervised import _log_comb
@@ -125,20 +127,6 @@ def nelder_mead_many(fun, x0, xatol: float = 1e-8, fatol: float = 1e-11, max_ite
 
 
 # ---------------------------------------------------------------- likelihood tables
-def bb_log_pmf(M: int, mean, phi) -> np.ndarray:
-    """log BetaBinomial(s; M, mean, phi) - log C(M, s) for s = 0..M, one row per chain: [C, M+1] for ``mean`` and
-    ``phi`` [C] (the product form of ``vrr.core.belief.exchangeable_vote_log_likelihood``)."""
-    mean = np.asarray(mean, dtype=float)[:, None]
-    theta = (np.asarray(phi, dtype=float) / (1.0 - np.asarray(phi, dtype=float)))[:, None]
-    i = np.arange(M, dtype=float)
-    zeros = np.zeros((mean.shape[0], 1))
-    with np.errstate(divide="ignore"):
-        acc = np.concatenate([zeros, np.cumsum(fpmath.log(mean + i * theta), axis=1)], axis=1)
-        rej = np.concatenate([zeros, np.cumsum(fpmath.log((1.0 - mean) + i * theta), axis=1)], axis=1)
-    norm = np.cumsum(fpmath.log1p(i * theta), axis=1)[:, -1:] if M else zeros
-    return acc + rej[:, ::-1] - norm
-
-
 def _dot(h, table) -> np.ndarray:
     """sum_s h(s) table(s) per row, where an empty cell contributes 0 (also where the table is -inf)."""
     return np.where(h > 0, h * table, 0.0).sum(axis=1)
@@ -179,7 +167,7 @@ def labeled_bb_many(hists, M: int, start=None, tol: dict = POINT_TOL) -> dict[st
 
     def nll(z, rows):
         mean, phi = special.expit(z[:, 0]), PHI_MAX * special.expit(z[:, 1])
-        return -_dot(hists[rows], bb_log_pmf(M, mean, phi))
+        return -_dot(hists[rows], exchangeable_vote_log_pmf(M, mean, phi))
 
     z0 = np.stack([_logit(mean0), _logit(np.asarray(phi0) / PHI_MAX)], axis=1)
     z, f, _, conv = nelder_mead_many(nll, z0, **tol)
@@ -219,11 +207,12 @@ def mixture_nll(z, h_u, M: int, h_v=None, h_i=None, M_l: int | None = None, cap:
     """Minus the semi-supervised beta-binomial log-likelihood (module docstring) without binomial coefficients,
     per row of z [C, 5] = logits of (w, mu1, phi1 / cap, mu0, phi0 / cap); ``h_v``/``h_i`` None: label-free."""
     w, mu1, phi1, mu0, phi0 = _unpack(z, cap)
-    t1, t0 = bb_log_pmf(M, mu1, phi1), bb_log_pmf(M, mu0, phi0)
+    t1, t0 = exchangeable_vote_log_pmf(M, mu1, phi1), exchangeable_vote_log_pmf(M, mu0, phi0)
     mix = np.logaddexp(fpmath.log(w)[:, None] + t1, fpmath.log1p(-w)[:, None] + t0)
     ll = _dot(h_u, mix)
     if h_v is not None:
-        ll = ll + _dot(h_v, bb_log_pmf(M_l, mu1, phi1)) + _dot(h_i, bb_log_pmf(M_l, mu0, phi0))
+        ll = (ll + _dot(h_v, exchangeable_vote_log_pmf(M_l, mu1, phi1))
+              + _dot(h_i, exchangeable_vote_log_pmf(M_l, mu0, phi0)))
     return -ll
 
 

@@ -37,33 +37,51 @@ def vote_log_likelihoods(S, M: int, rho0, rho1, phi0=None, phi1=None):
     return ll_valid, ll_invalid
 
 
-def exchangeable_vote_log_likelihood(S, M: int, accept_mean, phi):
-    """log BetaBinomial(S; M, a, b) - log C(M, S), the exchangeable-vote likelihood of Eq. 5 for one class.
+def exchangeable_vote_log_pmf(M: int, accept_mean, phi) -> np.ndarray:
+    """log BetaBinomial(s; M, a, b) - log C(M, s) for every s = 0..M: the exchangeable-vote likelihood of Eq. 5
+    (belief update, exchangeable-vote likelihood) for one class, as a table [..., M+1] over the broadcast shape of
+    ``accept_mean`` and ``phi``.
 
     The plan's acceptance rate is Beta(a, b) with mean mu = a / (a + b) (``accept_mean``) and intra-plan vote
     correlation phi = 1 / (a + b + 1). With theta = phi / (1 - phi) = 1 / (a + b),
 
-        B(S + a, M - S + b) / B(a, b) = prod_{i<S} (mu + i theta) prod_{j<M-S} (1 - mu + j theta)
+        B(s + a, M - s + b) / B(a, b) = prod_{i<s} (mu + i theta) prod_{j<M-s} (1 - mu + j theta)
                                         / prod_{t<M} (1 + t theta),
 
-    a form that is exact at phi = 0 (the binomial mu^S (1-mu)^(M-S)) and at mu in {0, 1}, where the gamma
-    functions of a and b overflow or cancel. Logs come from ``vrr.common.fpmath`` (the same bits on every CPU).
-    phi must lie in [0, 1); broadcasts over S, mean and phi.
+    a form that is exact at phi = 0 (the binomial mu^s (1-mu)^(M-s)) and at mu in {0, 1}, where the gamma
+    functions of a and b overflow or cancel. The three products are running sums of logs from
+    ``vrr.common.fpmath``, added in the order of i by ``np.cumsum`` (the same bits on every CPU). phi must lie in
+    [0, 1) (not checked here: the batched fits of ``vrr.calibration.correlated`` call this inside their optimizer).
     """
-    S = np.asarray(S, dtype=float)
-    mu = np.asarray(accept_mean, dtype=float)
+    phi = np.asarray(phi, dtype=float)
+    mu, theta = np.broadcast_arrays(np.asarray(accept_mean, dtype=float)[..., None], (phi / (1.0 - phi))[..., None])
+    i = np.arange(M, dtype=float)
+    none = np.zeros(mu.shape)      # the empty product, s = 0
+    with np.errstate(divide="ignore"):
+        accept = np.concatenate([none, np.cumsum(fpmath.log(mu + i * theta), axis=-1)], axis=-1)
+        reject = np.concatenate([none, np.cumsum(fpmath.log((1.0 - mu) + i * theta), axis=-1)], axis=-1)
+    norm = np.cumsum(fpmath.log1p(i * theta), axis=-1)[..., -1:] if M else none
+    return accept + reject[..., ::-1] - norm
+
+
+def exchangeable_vote_log_likelihood(S, M: int, accept_mean, phi):
+    """log BetaBinomial(S; M, a, b) - log C(M, S), the exchangeable-vote likelihood of Eq. 5 (belief update,
+    exchangeable-vote likelihood) for one class: :func:`exchangeable_vote_log_pmf` read at the accept counts S.
+
+    phi must lie in [0, 1) and S in 0..M; broadcasts over S, mean and phi.
+    """
     phi = np.asarray(phi, dtype=float)
     if np.any(phi < 0) or np.any(phi >= 1) or np.any(np.isnan(phi)):
         raise ValueError("exchangeable_vote_log_likelihood: the vote correlation phi must lie in [0, 1)")
-    theta = phi / (1.0 - phi)
-    shape = np.broadcast_shapes(S.shape, mu.shape, theta.shape)
-    out = np.zeros(shape)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for i in range(M):
-            accept = fpmath.log(mu + i * theta)
-            reject = fpmath.log((1.0 - mu) + i * theta)
-            out = out + np.where(i < S, accept, 0.0) + np.where(i < M - S, reject, 0.0) - fpmath.log1p(i * theta)
-    return out
+    S = np.asarray(S)
+    whole = np.issubdtype(S.dtype, np.integer) or bool(np.all(np.isfinite(S) & (S == np.round(S))))
+    if not whole or np.any(S < 0) or np.any(S > M):
+        raise ValueError(f"exchangeable_vote_log_likelihood: accept counts S must be whole numbers in 0..{M}")
+    counts = S.astype(np.intp)
+    table = exchangeable_vote_log_pmf(M, accept_mean, phi)
+    shape = np.broadcast_shapes(counts.shape, table.shape[:-1])
+    return np.take_along_axis(np.broadcast_to(table, shape + (M + 1,)), np.broadcast_to(counts, shape)[..., None],
+                              axis=-1)[..., 0]
 
 
 def belief_update(prior, S, M: int, rho0, rho1, phi0=None, phi1=None):
