@@ -15,6 +15,8 @@ from vrr.policies.replay import ReplayConfig, replay
 from vrr.common.jsonio import write_json
 from vrr.report.calibration_ablation_table import table_calibration_ablation
 from vrr.report.render import read_csv
+from vrr.settings import (CALIBRATION_LIKELIHOODS, CALIBRATION_METHODS, VOTE_ROUNDS, SettingConfigError,
+                          load_config)
 from vrr.stats.calibration_ablation import (ABLATION_FILE, CALIBRATIONS, expected_calibration_error, not_applicable,
                                             setting_calibration_ablation)
 
@@ -78,15 +80,41 @@ def test_rows_that_cannot_run_say_na_with_the_reason(tmp_path):
 
     s = correlated(n=60)
     for method in ("binomial_em", "semisupervised_checked"):   # deterministic votes repeat one answer
-        assert "deterministic verifier (executor)" in not_applicable(s, "executor", method, "binomial")
-    assert not_applicable(s, "executor", "labeled_mle", "binomial") is None
+        assert "deterministic verifier (executor)" in not_applicable(s, "executor", method, "binomial", "first")
+    assert not_applicable(s, "executor", "labeled_mle", "binomial", "probe") is None
     four = correlated(n=60, M=4)   # the binomial mixture needs 3 votes per plan, the beta-binomial one 5
-    assert not_applicable(four, "llm_judge", "binomial_em", "binomial") is None
-    assert not_applicable(four, "llm_judge", "binomial_em", "beta_binomial") == \
+    assert not_applicable(four, "llm_judge", "binomial_em", "binomial", "first") is None
+    assert not_applicable(four, "llm_judge", "binomial_em", "beta_binomial", "first") == \
         "M = 4 votes per plan, below the 5 that beta_binomial_em needs"
     unlabeled = correlated(n=60)
     unlabeled.probe_y = None
-    assert not_applicable(unlabeled, "llm_judge", "labeled_mle", "binomial") == "the probe has no labels"
+    assert not_applicable(unlabeled, "llm_judge", "labeled_mle", "binomial", "probe") == "the probe has no labels"
+    assert not_applicable(unlabeled, "llm_judge", "binomial_em", "binomial", "probe") is None  # reads no labels
+
+
+@pytest.mark.parametrize("verifier_kind", ["llm_judge", "executor"])
+@pytest.mark.parametrize("probe_n", [0, 100])
+def test_the_settings_refuse_what_the_ablation_reports_na_and_with_the_same_reason(verifier_kind, probe_n):
+    """One rule: every calibration (method, vote rounds, likelihood) the ablation reports n/a on a setting is one
+    the settings refuse for that setting, naming the ablation's reason, and every one it runs they accept."""
+    s = correlated(n=40, probe_n=probe_n)
+    verdicts = set()
+    for method in CALIBRATION_METHODS:
+        for vote_rounds in VOTE_ROUNDS:
+            for likelihood in CALIBRATION_LIKELIHOODS:
+                reason = not_applicable(s, verifier_kind, method, likelihood, vote_rounds)
+                overrides = {"verifier.kind": verifier_kind, "probe.n": probe_n, "calibration.method": method,
+                             "calibration.vote_rounds": vote_rounds, "calibration.likelihood": likelihood}
+                case = (method, vote_rounds, likelihood, reason)
+                verdicts.add(reason is None)
+                if reason is None:
+                    assert load_config("sim_correlated_pmstress", overrides=overrides)["calibration"]["method"] \
+                        == method
+                    continue
+                with pytest.raises(SettingConfigError) as info:
+                    load_config("sim_correlated_pmstress", overrides=overrides)
+                assert info.value.problem.startswith(f"{method!r} cannot run on this setting ({reason});"), case
+    assert verdicts == {True, False}      # both directions are exercised
 
 
 def test_on_correlated_votes_the_beta_binomial_belief_is_better_calibrated():

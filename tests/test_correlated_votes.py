@@ -277,7 +277,8 @@ def test_the_likelihood_is_a_checked_setting_carried_by_the_config():
         == "binomial"                                     # a record written before the field reads as the paper's
     with pytest.raises(SettingConfigError, match=r"field 'calibration.likelihood': must be one of"):
         load_config("sim_qwen3b_favorable", overrides={"calibration.likelihood": "betabinomial"})
-    with pytest.raises(SettingConfigError, match=r"field 'calibration.likelihood': method 'mom'"):
+    with pytest.raises(SettingConfigError,
+                       match=r"field 'calibration.likelihood': 'mom' cannot run on this setting \(it fits the binomial"):
         load_config("sim_qwen3b_favorable", overrides={"calibration.likelihood": "beta_binomial",
                                                        "calibration.method": "mom"})
     with pytest.raises(ValueError, match="vote likelihood"):

@@ -41,7 +41,7 @@ import copy
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -445,27 +445,17 @@ def validate_config(raw: dict, path, kind_hint: str | None = None) -> dict:
             raise SettingConfigError(path, "params", str(exc)) from exc
         if "schedule" in cfg and cfg["schedule"]["start_round"] > cfg["K_max"]:
             raise SettingConfigError(path, "schedule.start_round", f"must be <= K_max ({cfg['K_max']})")
-    if cfg["calibration"]["method"] is None:
-        has_probe = cfg["probe"]["n"] > 0 or cfg["probe"].get("from") is not None
-        cfg["calibration"]["method"] = DEFAULT_CALIBRATION_METHOD if has_probe else NO_PROBE_CALIBRATION_METHOD
-    if cfg["verifier"]["kind"] in DETERMINISTIC_VERIFIERS and cfg["calibration"]["method"] != "labeled_mle":
-        raise SettingConfigError(path, "calibration.method",
-                                 f"verifier kind {cfg['verifier']['kind']!r} is deterministic (App. H): its M votes "
-                                 "repeat one answer, so rho0, rho1 must come from labeled samples (labeled_mle)")
-    method = cfg["calibration"]["method"]
-    if method in BINOMIAL_ONLY_METHODS and cfg["calibration"]["likelihood"] != "binomial":
-        raise SettingConfigError(path, "calibration.likelihood",
-                                 f"method {method!r} fits the binomial mixture only; with likelihood "
-                                 f"{cfg['calibration']['likelihood']!r} choose one of "
-                                 f"{tuple(m for m in CALIBRATION_METHODS if m not in BINOMIAL_ONLY_METHODS)}")
-    if method in PROBE_CALIBRATION_METHODS:
-        if cfg["probe"]["n"] == 0 and cfg["probe"].get("from") is None:
-            raise SettingConfigError(path, "calibration.method",
-                                     f"{method!r} reads the labeled probe, and this setting has none (probe.n = 0); "
-                                     "give a probe or choose binomial_em (label-free) or labeled_mle")
-        if cfg["calibration"]["vote_rounds"] == "probe":
-            raise SettingConfigError(path, "calibration.vote_rounds",
-                                     f"{method!r} takes its unlabeled votes from the window: 'first' or 'all'")
+    calibration = cfg["calibration"]
+    has_probe = cfg["probe"]["n"] > 0 or cfg["probe"].get("from") is not None
+    if calibration["method"] is None:
+        calibration["method"] = DEFAULT_CALIBRATION_METHOD if has_probe else NO_PROBE_CALIBRATION_METHOD
+    runs = {m: calibration_problem(m, calibration["likelihood"], calibration["vote_rounds"], cfg["verifier"]["kind"],
+                                   has_probe) for m in CALIBRATION_METHODS}
+    problem = runs[calibration["method"]]
+    if problem is not None:
+        usable = [m for m, p in runs.items() if p is None]
+        raise SettingConfigError(path, problem.field, f"{calibration['method']!r} cannot run on this setting "
+                                 f"({problem.reason}); methods that can: {', '.join(usable) or 'none'}")
     if kind == "real":
         pert = cfg["perturbation"]
         to_round = pert["to_round"]
@@ -487,6 +477,43 @@ def validate_config(raw: dict, path, kind_hint: str | None = None) -> dict:
             if probe["start"] < window["start"] + window["N"] and window["start"] < probe["start"] + probe["n"]:
                 raise SettingConfigError(path, "probe.start", "the probe window must be disjoint from the evaluation window")
     return cfg
+
+
+class CalibrationProblem(NamedTuple):
+    """Why a calibration cannot run on a setting: the settings field at fault and the reason."""
+
+    field: str
+    reason: str
+
+
+def calibration_problem(method: str, likelihood: str, vote_rounds: str, verifier_kind: str, has_probe: bool,
+                        probe_labeled: bool = True) -> CalibrationProblem | None:
+    """Why the vote-noise calibration ``method`` under the vote ``likelihood``, reading the votes of
+    ``vote_rounds``, cannot run on a setting whose verifier is ``verifier_kind`` and that has a probe
+    (``has_probe``) with labels (``probe_labeled``) or not; None where it can. The one statement of these rules:
+    :func:`validate_config` refuses a setting with the problem, the calibration ablation
+    (``vrr.stats.calibration_ablation``) reports the row n/a with the reason.
+
+    A method that reads the probe needs one, with labels where it reads them; the semi-supervised methods take
+    their unlabeled votes from the window; a deterministic verifier's M votes repeat one answer, so its rho0, rho1
+    come from labeled samples (App. H); the binomial-only methods have no exchangeable-vote estimator."""
+    reads_probe = method in PROBE_CALIBRATION_METHODS or vote_rounds == "probe"
+    reads_probe_labels = method in PROBE_CALIBRATION_METHODS or (vote_rounds == "probe" and method == "labeled_mle")
+    probe_field = "calibration.method" if method in PROBE_CALIBRATION_METHODS else "calibration.vote_rounds"
+    if reads_probe and not has_probe:
+        return CalibrationProblem(probe_field, "no labeled probe")
+    if reads_probe_labels and not probe_labeled:
+        return CalibrationProblem(probe_field, "the probe has no labels")
+    if method in PROBE_CALIBRATION_METHODS and vote_rounds == "probe":
+        return CalibrationProblem("calibration.vote_rounds", "it takes its unlabeled votes from the window: "
+                                  "vote_rounds 'first' or 'all'")
+    if verifier_kind in DETERMINISTIC_VERIFIERS and method != "labeled_mle":
+        return CalibrationProblem("calibration.method", f"deterministic verifier ({verifier_kind}): its M votes "
+                                  "repeat one answer, so the mixture of vote counts is not identifiable")
+    if method in BINOMIAL_ONLY_METHODS and likelihood != "binomial":
+        return CalibrationProblem("calibration.likelihood", f"it fits the binomial mixture only, not the "
+                                  f"{likelihood!r} likelihood")
+    return None
 
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

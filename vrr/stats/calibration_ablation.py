@@ -41,7 +41,7 @@ from ..calibration.mixture import MIN_VOTES
 from ..core.belief import filter_beliefs
 from ..data.contract import Setting
 from ..policies.replay import TPM, ReplayConfig, fit_calibration, fold_check, replay
-from ..settings import CALIBRATION_LIKELIHOODS as LIKELIHOODS, DETERMINISTIC_VERIFIERS
+from ..settings import CALIBRATION_LIKELIHOODS as LIKELIHOODS, calibration_problem
 from .inference import N_RESAMPLES, paired_bootstrap
 
 ABLATION_FILE = "calibration_ablation.json"   # results/<setting>/, written by 05_stats
@@ -56,18 +56,14 @@ ECE_BINS = 10
 _LABEL_FREE_ESTIMATOR = {"binomial": "binomial_em", "beta_binomial": "beta_binomial_em"}
 
 
-def not_applicable(setting: Setting, verifier_kind: str, method: str, likelihood: str) -> str | None:
-    """Why a calibration row does not apply to ``setting`` (None: it applies)."""
-    needs_probe = method in ("labeled_mle", "semisupervised_checked")
-    reads_mixture = method in ("binomial_em", "semisupervised_checked")
-    if needs_probe and setting.probe_S is None:
-        return "no labeled probe"
-    if needs_probe and setting.probe_y is None:
-        return "the probe has no labels"
-    if reads_mixture and verifier_kind in DETERMINISTIC_VERIFIERS:
-        return (f"deterministic verifier ({verifier_kind}): its M votes repeat one answer, so the mixture of vote "
-                "counts is not identifiable")
-    if reads_mixture:
+def not_applicable(setting: Setting, verifier_kind: str, method: str, likelihood: str, vote_rounds: str) -> str | None:
+    """Why a calibration row does not apply to ``setting`` (None: it applies): the settings' rule
+    (``vrr.settings.calibration_problem``), then the estimator's minimum number of votes per plan."""
+    problem = calibration_problem(method, likelihood, vote_rounds, verifier_kind, has_probe=setting.probe_S is not None,
+                                  probe_labeled=setting.probe_y is not None)
+    if problem is not None:
+        return problem.reason
+    if method in ("binomial_em", "semisupervised_checked"):   # the label-free mixture, or the check's
         estimator = _LABEL_FREE_ESTIMATOR[likelihood] if method == "binomial_em" else method
         need = MIN_VOTES[estimator]
         if setting.M < need:
@@ -146,7 +142,7 @@ def setting_calibration_ablation(setting: Setting, config: ReplayConfig, verifie
     for label, method, vote_rounds in calibrations:
         for likelihood in likelihoods:
             row = {"calibration": label, "method": method, "vote_rounds": vote_rounds, "likelihood": likelihood}
-            reason = not_applicable(setting, verifier_kind, method, likelihood)
+            reason = not_applicable(setting, verifier_kind, method, likelihood, vote_rounds)
             if reason is None:
                 cfg = replace(config, method=method, vote_rounds=vote_rounds, likelihood=likelihood)
                 cf, checks = fit_with_checks(setting, cfg, checks)
