@@ -390,3 +390,19 @@ def test_a_batch_reports_its_round_and_role():
     seen.clear()
     run_probe_batch(FakeEngine(), cfg, problems, task=TASK, stage=seen.append)
     assert seen == ["plans", "votes"]
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_no_progress_silences_the_labelers_sandbox_bar(tmp_path, capfd, monkeypatch, quiet):
+    """--no-progress reaches every bar, the MBPP labeler's sandbox batch included (shown here from 1 plan on)."""
+    from vrr.loop.tasks.mbpp import MBPP
+
+    monkeypatch.setattr(MBPP, "progress_min", 1)
+    args = ["generate", "mbpp_cpu_favorable", "--backend", "fake", "--n", "2", "--probe-n", "0",
+            "--set", "probe.from=null", "--set", "K_max=1", "--set", "M=2", "--run-name", "bars",
+            "--out-root", str(tmp_path)]
+    assert main(args + ["--no-finalize", "--no-progress"]) == 0
+    capfd.readouterr()
+    # --finalize-only labels in this process, where the bar's threshold is lowered
+    assert main(args + ["--finalize-only"] + (["--no-progress"] if quiet else [])) == 0
+    assert ("mbpp tests" in capfd.readouterr().err) is not quiet

@@ -484,7 +484,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     g.add_argument("--allow-partial", action="store_true",
                    help="with --finalize-only: an incomplete window exits 0 (arrays.partial.npz; what is missing "
                         "is still named, on stderr)")
-    g.add_argument("--no-progress", action="store_true")
+    g.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (generation, and labeling's sandbox batches)")
     g.add_argument("--shard", metavar="I/N", type=_shard_arg,
                    help="run shard I of N (0 <= I < N: the instances with index %% N == I) into its own part files; "
                         "finalizing merges every shard of the run")
@@ -567,7 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for key in WINDOW_KEYS:
             if getattr(a, key, None) is not None:
                 setattr(stored, key, getattr(a, key))
-        status = finalize_setting(paths, stored)
+        status = finalize_setting(paths, stored, progress=not a.no_progress)
         store.merge_run_meta(paths)
         print(summary.run_summary(status, paths, stored, command, swap=swap))
         if status != "complete":
@@ -583,7 +584,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     shard=a.shard, engine_options=cfg["engine"])
     status = None
     if not a.no_finalize:  # a shard's finalize merges whatever every shard has stored so far
-        status = finalize_setting(paths, rc)
+        status = finalize_setting(paths, rc, progress=not a.no_progress)
         store.merge_run_meta(paths)
     print(summary.run_summary(status, paths, rc, command, shard=a.shard, swap=swap))
     return 0

@@ -97,13 +97,14 @@ def _registry_label(setting: str) -> str:
 
 
 def build_setting(cfg: RunConfig, traj: Sequence[dict], probe: Sequence[dict] | None,
-                  run_meta: dict | None = None, stored_config: dict | None = None) -> Setting:
+                  run_meta: dict | None = None, stored_config: dict | None = None, progress: bool = True) -> Setting:
     """A :class:`vrr.data.Setting` from records and the run's config.
 
     ``meta["config"]`` is the run's ``config.json`` as stored (``stored_config``), so relabeling a
-    frozen run reproduces its arrays byte for byte.
+    frozen run reproduces its arrays byte for byte. ``progress``: the labeler's progress bars.
     """
     task = get_task(cfg.dataset)
+    task.show_progress = progress
     verifier = make_verifier(cfg.verifier, cfg.judge_style, cfg.judge_tokens(), cfg.judge_temperature)
     S, y, stats = label_records(traj, task, verifier, cfg.M)
     meta: dict[str, Any] = {
@@ -142,7 +143,7 @@ def build_setting(cfg: RunConfig, traj: Sequence[dict], probe: Sequence[dict] | 
 
 
 def finalize_setting(paths: store.RunPaths, cfg: RunConfig | None = None,
-                     out_root: Path | None = None) -> str:
+                     out_root: Path | None = None, progress: bool = True) -> str:
     """Freeze the window of a run and (re)build its labeled arrays.
 
     ``cfg`` (the requested config) is checked against the stored ``config.json`` and may change
@@ -150,7 +151,7 @@ def finalize_setting(paths: store.RunPaths, cfg: RunConfig | None = None,
     ``start .. start + n`` (and the probe's ``probe_n``): records beyond it stay in the part files
     but are left out of the outputs, so a longer run can be frozen at a prefix. Returns
     "complete" (arrays.npz written), "partial" (arrays.partial.npz; an existing arrays.npz of an
-    earlier, shorter frozen window is left in place) or "empty".
+    earlier, shorter frozen window is left in place) or "empty". ``progress``: the labeler's progress bars.
     """
     window = store.read_window(paths, cfg, out_root)
     cfg, traj, probe = window.cfg, window.traj, window.probe
@@ -160,7 +161,8 @@ def finalize_setting(paths: store.RunPaths, cfg: RunConfig | None = None,
         store.write_jsonl_gz(paths.probe, probe)
     if not traj:
         return "empty"
-    setting = build_setting(cfg, traj, probe or None, run_meta=window.run_meta, stored_config=window.stored_config)
+    setting = build_setting(cfg, traj, probe or None, run_meta=window.run_meta, stored_config=window.stored_config,
+                            progress=progress)
     environment = get_task(cfg.dataset).execution_environment()
     if environment is not None:  # the machine the labels ran on; the arrays' meta holds only the rule
         write_json(paths.dir / LABEL_ENVIRONMENT, environment, indent=1, sort_keys=True, trailing_newline=True)

@@ -88,6 +88,7 @@ class Task:
     label_rule: str = ""  # one line, stored in the arrays' meta
     splits: tuple = ()    # the splits ``load`` accepts
     dataset: str = ""     # how stored records name the benchmark (``Problem.ref``); default: ``name``
+    show_progress: bool = True   # large label batches show a progress bar (``--no-progress`` turns it off)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -410,7 +410,7 @@ class MBPP(Task):
         """Labels of many stored plans in one sandbox batch (``parallel`` at a time, each distinct
         code once)."""
         pairs = [(self.stored_answer(rd), problem) for rd, problem in items]
-        results = self.check_many(pairs, progress=len(pairs) >= self.progress_min)
+        results = self.check_many(pairs, progress=self.show_progress and len(pairs) >= self.progress_min)
         return [int(r.valid) for r in results]
 
     def stored_answer(self, rd: dict):
