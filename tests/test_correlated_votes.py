@@ -13,8 +13,8 @@ from scipy import special, stats
 from vrr.calibration.correlated import labeled_bb_mle, semisupervised_bb
 from vrr.calibration.estimators import CrossFit, calibrate, crossfit
 from vrr.calibration.semisupervised import semisupervised_em
-from vrr.core.belief import (exchangeable_vote_log_likelihood, exchangeable_vote_log_pmf, filter_beliefs,
-                             vote_log_likelihoods)
+from vrr.core.belief import (belief_update, exchangeable_vote_log_likelihood, exchangeable_vote_log_pmf,
+                             filter_beliefs, predict, vote_log_likelihoods)
 from vrr.data.contract import Setting, load_setting
 from vrr.policies.replay import LABEL_FREE, TPM, ReplayConfig, replay
 from vrr.settings import SettingConfigError, load_config
@@ -117,6 +117,26 @@ def test_the_exchangeable_likelihood_refuses_counts_outside_0_to_M():
         with pytest.raises(ValueError, match="accept counts"):
             exchangeable_vote_log_likelihood(np.array([3, bad]), 8, 0.4, 0.2)
     assert exchangeable_vote_log_likelihood(np.array([3.0, 8.0]), 8, 0.4, 0.2).shape == (2,)
+    S = np.array([[3, 9], [0, 8]])
+    for phi in ({}, dict(phi0=0.2, phi1=0.3)):   # either likelihood: an out-of-range count is not read as evidence
+        with pytest.raises(ValueError, match="accept counts"):
+            filter_beliefs(S, 8, 0.2, 0.3, 0.3, 0.2, 0.6, **phi)
+
+
+def test_the_filter_updates_every_round_by_eq5_with_exchangeable_votes():
+    """filter_beliefs (its likelihood tables built once) is the round-by-round recursion of belief_update and
+    predict, with per-instance rates and correlations and per-round repair rates."""
+    rng = np.random.default_rng(5)
+    n, rounds, M = 50, 4, 8
+    S = rng.integers(0, M + 1, (n, rounds))
+    rho0, rho1, phi0, phi1 = (rng.uniform(0, 0.5, n) for _ in range(4))
+    alpha, beta = rng.uniform(0.1, 0.5, (n, rounds)), 0.2
+    b, b_minus = filter_beliefs(S, M, rho0, rho1, alpha, beta, 0.6, phi0, phi1)
+    prior = np.full(n, 0.6)
+    for k in range(rounds):
+        np.testing.assert_array_equal(b_minus[:, k], prior)
+        np.testing.assert_array_equal(b[:, k], belief_update(prior, S[:, k], M, rho0, rho1, phi0, phi1))
+        prior = predict(b[:, k], alpha[:, k], beta)
 
 
 # ---------------------------------------------------------------- the estimators
@@ -278,7 +298,7 @@ def test_the_likelihood_is_a_checked_setting_carried_by_the_config():
     with pytest.raises(SettingConfigError, match=r"field 'calibration.likelihood': must be one of"):
         load_config("sim_qwen3b_favorable", overrides={"calibration.likelihood": "betabinomial"})
     with pytest.raises(SettingConfigError,
-                       match=r"field 'calibration.likelihood': 'mom' cannot run on this setting \(it fits the binomial"):
+                       match=r"'calibration.likelihood': 'mom' cannot run on this setting \(it fits the binomial"):
         load_config("sim_qwen3b_favorable", overrides={"calibration.likelihood": "beta_binomial",
                                                        "calibration.method": "mom"})
     with pytest.raises(ValueError, match="vote likelihood"):

@@ -53,13 +53,16 @@ def exchangeable_vote_log_pmf(M: int, accept_mean, phi) -> np.ndarray:
     ``vrr.common.fpmath``, added in the order of i by ``np.cumsum`` (the same bits on every CPU). phi must lie in
     [0, 1) (not checked here: the batched fits of ``vrr.calibration.correlated`` call this inside their optimizer).
     """
-    phi = np.asarray(phi, dtype=float)
-    mu, theta = np.broadcast_arrays(np.asarray(accept_mean, dtype=float)[..., None], (phi / (1.0 - phi))[..., None])
+    mu = np.asarray(accept_mean, dtype=float)[..., None]
+    phi = np.asarray(phi, dtype=float)[..., None]
+    theta = phi / (1.0 - phi)
     i = np.arange(M, dtype=float)
-    none = np.zeros(mu.shape)      # the empty product, s = 0
     with np.errstate(divide="ignore"):
-        accept = np.concatenate([none, np.cumsum(fpmath.log(mu + i * theta), axis=-1)], axis=-1)
-        reject = np.concatenate([none, np.cumsum(fpmath.log((1.0 - mu) + i * theta), axis=-1)], axis=-1)
+        accept_terms = fpmath.log(mu + i * theta)
+        reject_terms = fpmath.log((1.0 - mu) + i * theta)
+    none = np.zeros(accept_terms.shape[:-1] + (1,))      # the empty product, s = 0
+    accept = np.concatenate([none, np.cumsum(accept_terms, axis=-1)], axis=-1)
+    reject = np.concatenate([none, np.cumsum(reject_terms, axis=-1)], axis=-1)
     norm = np.cumsum(fpmath.log1p(i * theta), axis=-1)[..., -1:] if M else none
     return accept + reject[..., ::-1] - norm
 
@@ -73,15 +76,20 @@ def exchangeable_vote_log_likelihood(S, M: int, accept_mean, phi):
     phi = np.asarray(phi, dtype=float)
     if np.any(phi < 0) or np.any(phi >= 1) or np.any(np.isnan(phi)):
         raise ValueError("exchangeable_vote_log_likelihood: the vote correlation phi must lie in [0, 1)")
-    S = np.asarray(S)
-    whole = np.issubdtype(S.dtype, np.integer) or bool(np.all(np.isfinite(S) & (S == np.round(S))))
-    if not whole or np.any(S < 0) or np.any(S > M):
-        raise ValueError(f"exchangeable_vote_log_likelihood: accept counts S must be whole numbers in 0..{M}")
-    counts = S.astype(np.intp)
+    counts = _vote_counts(S, M, "exchangeable_vote_log_likelihood")
     table = exchangeable_vote_log_pmf(M, accept_mean, phi)
     shape = np.broadcast_shapes(counts.shape, table.shape[:-1])
     return np.take_along_axis(np.broadcast_to(table, shape + (M + 1,)), np.broadcast_to(counts, shape)[..., None],
                               axis=-1)[..., 0]
+
+
+def _vote_counts(S, M: int, caller: str) -> np.ndarray:
+    """S as an index array, after checking that its accept counts are whole numbers in 0..M."""
+    S = np.asarray(S)
+    whole = np.issubdtype(S.dtype, np.integer) or bool(np.all(np.isfinite(S) & (S == np.round(S))))
+    if not whole or np.any(S < 0) or np.any(S > M):
+        raise ValueError(f"{caller}: accept counts S must be whole numbers in 0..{M}")
+    return S.astype(np.intp)
 
 
 def belief_update(prior, S, M: int, rho0, rho1, phi0=None, phi1=None):
@@ -177,13 +185,24 @@ def filter_beliefs(S, M: int, rho0, rho1, alpha, beta, pi, phi0=None, phi1=None)
     the posterior b_k after round k's votes and the predictive belief b_k^- before them,
     assuming repair happened before every round k >= 1 (the frozen protocol).
     """
-    S = np.asarray(S)
+    S = _vote_counts(S, M, "filter_beliefs")
     n, rounds = S.shape
+    if phi0 is None and phi1 is None:
+        def log_likelihoods(k):
+            return vote_log_likelihoods(S[:, k], M, rho0, rho1)
+    else:
+        # the exchangeable-vote tables depend on the parameters, not the round: built once ([M+1, N] per class),
+        # read at each round's counts
+        tables = [np.broadcast_to(t, (M + 1, n))
+                  for t in vote_log_likelihoods(np.arange(M + 1)[:, None], M, rho0, rho1, phi0, phi1)]
+
+        def log_likelihoods(k):
+            return [np.take_along_axis(t, S[None, :, k], axis=0)[0] for t in tables]
     b = np.empty((n, rounds))
     b_minus = np.empty((n, rounds))
     prior = np.broadcast_to(np.asarray(pi, dtype=float), (n,)).astype(float)
     for k in range(rounds):
         b_minus[:, k] = prior
-        b[:, k] = belief_update(prior, S[:, k], M, rho0, rho1, phi0, phi1)
+        b[:, k] = posterior_from_log_likelihoods(prior, *log_likelihoods(k))
         prior = predict(b[:, k], per_round(alpha, n, rounds, k), per_round(beta, n, rounds, k))
     return b, b_minus
