@@ -63,7 +63,7 @@ OPENAI_N_MODES = ("auto", "native", "separate")      # how M votes go to a serve
 OPENAI_PREFILL_MODES = ("vllm", "implicit", "none")  # how a prefilled assistant reply is continued there
 CALIBRATION_METHODS = ("binomial_em", "mom", "labeled_mle", "beta_binomial_em", "semisupervised_em",
                        "semisupervised_checked")
-# The methods that read the labeled probe (vrr.calibration.estimators.PROBE_METHODS). Left out (null), a setting
+# The methods that read the labeled probe besides the window's votes. Left out (null), a setting
 # with a probe gets DEFAULT_CALIBRATION_METHOD: the probe's labeled plans with the window's unlabeled votes, pooled
 # where the calibration check passes (docs/integrity.md); a setting without one the paper's label-free EM.
 PROBE_CALIBRATION_METHODS = ("semisupervised_em", "semisupervised_checked")

@@ -28,7 +28,8 @@ import numpy as np
 from scipy import special
 
 from ..core.model import NoiseParams
-from ..settings import CALIBRATION_METHODS as VOTE_METHODS
+from ..settings import BINOMIAL_ONLY_METHODS, CALIBRATION_METHODS as VOTE_METHODS
+from ..settings import PROBE_CALIBRATION_METHODS as PROBE_METHODS  # the methods that read the labeled probe
 from .check import calibration_check
 from .mixture import (MIN_VOTES, VoteNoiseFit, _binom_logpmf_table, _em_restarts, _em_starts,  # noqa: F401
                       _hist_loglik, _histogram, _hists_loglik, _require_votes, _responsibilities, best_rates,
@@ -36,8 +37,6 @@ from .mixture import (MIN_VOTES, VoteNoiseFit, _binom_logpmf_table, _em_restarts
                       binomial_mixture_em_many, em_step, labeled_mle, mixture_loglik, vote_histograms)
 
 MAX_TRANSITION_PAIRS = 300
-# The methods that read the labeled probe besides the window's votes.
-PROBE_METHODS = ("semisupervised_em", "semisupervised_checked")
 
 
 @dataclass(frozen=True)
@@ -208,8 +207,8 @@ def fit_exchangeable_votes(method: str, S, M: int, y=None, seed: int = 0,
             raise ValueError("semisupervised_em needs labeled plans (a probe with labels)")
         S_l, y_l, M_l = labeled
         return semisupervised_bb(S, M, S_l, y_l, int(M_l), n_restarts=min(options.em_restarts, 4), seed=seed)
-    raise ValueError(f"calibration method {method!r} has no exchangeable-vote (beta_binomial) estimator; choose "
-                     "binomial_em, beta_binomial_em, labeled_mle, semisupervised_em or semisupervised_checked")
+    raise ValueError(f"calibration method {method!r} has no exchangeable-vote (beta_binomial) estimator; choose one of "
+                     + ", ".join(m for m in VOTE_METHODS if m not in BINOMIAL_ONLY_METHODS))
 
 
 def labeled_subset(n: int, max_labels: int | None, seed: int = 0) -> np.ndarray:
