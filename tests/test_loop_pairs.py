@@ -73,3 +73,13 @@ def test_the_table_reads_each_pair_from_its_calibrations(calibration, tmp_path):
     assert panel["p_main_vs_round0"][1:] == [r["p_repair_vs_round0"] for r in rows][1:]   # the figure's rings
     written = list(csv.DictReader(open(tmp_path / "loop_pairs.csv")))
     assert len(written) == len(rows) and written[start]["perturbed"] == "True"
+
+
+def test_the_mismatch_rounds_follow_each_settings_perturbation_block():
+    from vrr.report.paper import perturbed_rounds
+
+    assert perturbed_rounds("mbpp_cpu_nonstationary", 7) == [False, False, False, True, True, True, True]
+    assert perturbed_rounds("mbpp_cpu_loop_resample", 7) == [False] * 7   # edit: none
+    start = vrr.load_config("sim_nonstationary")["schedule"]["start_round"]
+    assert perturbed_rounds("sim_nonstationary", 7) == [k >= start for k in range(7)]
+    assert perturbed_rounds("mbpp_cpu_favorable", 3) == [False] * 3   # stationary: no mismatch in any round

@@ -325,3 +325,11 @@ def test_the_resampling_control_draws_from_the_problem_s_own_statement():
     assert not any(rc.perturbed_round(k) for k in range(rc.K_max + 1))
     loop = run_config(load_config("mbpp_cpu_loop"))
     assert [k for k in range(loop.K_max + 1) if loop.perturbed_round(k)] == [3, 4, 5, 6]
+
+
+def test_votes_from_the_probe_need_a_probe():
+    """vote_rounds 'probe' reads the probe's votes; a setting without a probe is refused, naming the field."""
+    with pytest.raises(SettingConfigError, match=r"field 'calibration.vote_rounds'.*\(no probe\); vote_rounds that can: "
+                                                 r"first, all"):
+        load_config("sim_qwen3b_favorable", overrides={"probe.n": 0, "calibration.vote_rounds": "probe",
+                                                        "calibration.method": "binomial_em"})

@@ -453,6 +453,12 @@ def validate_config(raw: dict, path, kind_hint: str | None = None) -> dict:
                                    has_probe) for m in CALIBRATION_METHODS}
     problem = runs[calibration["method"]]
     if problem is not None:
+        if problem.field == "calibration.vote_rounds":   # the remedy is another vote_rounds, not another method
+            usable = [v for v in VOTE_ROUNDS if calibration_problem(calibration["method"], calibration["likelihood"], v,
+                                                                    cfg["verifier"]["kind"], has_probe) is None]
+            raise SettingConfigError(path, problem.field, f"{calibration['vote_rounds']!r} cannot feed "
+                                     f"{calibration['method']!r} on this setting ({problem.reason}); vote_rounds "
+                                     f"that can: {', '.join(usable) or 'none'}")
         usable = [m for m, p in runs.items() if p is None]
         raise SettingConfigError(path, problem.field, f"{calibration['method']!r} cannot run on this setting "
                                  f"({problem.reason}); methods that can: {', '.join(usable) or 'none'}")
@@ -501,7 +507,7 @@ def calibration_problem(method: str, likelihood: str, vote_rounds: str, verifier
     reads_probe_labels = method in PROBE_CALIBRATION_METHODS or (vote_rounds == "probe" and method == "labeled_mle")
     probe_field = "calibration.method" if method in PROBE_CALIBRATION_METHODS else "calibration.vote_rounds"
     if reads_probe and not has_probe:
-        return CalibrationProblem(probe_field, "no labeled probe")
+        return CalibrationProblem(probe_field, "no labeled probe" if reads_probe_labels else "no probe")
     if reads_probe_labels and not probe_labeled:
         return CalibrationProblem(probe_field, "the probe has no labels")
     if method in PROBE_CALIBRATION_METHODS and vote_rounds == "probe":

@@ -16,6 +16,7 @@ from ..common.jsonio import read_json
 from ..data.contract import load_setting
 from ..calibration.identifiability import flip_risk_grid
 from ..policies.replay import TPM, load_calibration, replay
+from ..loop.config import run_config
 from ..settings import load_config
 from ..stats.analysis import round_changes
 
@@ -316,6 +317,18 @@ def perturbation_start(setting: str) -> int | None:
     return int(start) if start else None
 
 
+def perturbed_rounds(setting: str, n_rounds: int) -> list[bool]:
+    """Which of rounds 0..n_rounds-1 run under the setting's perturbation (the prompt mismatch): a real
+    setting's ``perturbation`` block (``vrr.loop.config.RunConfig.perturbed_round``: from_round..to_round, none
+    when ``edit: none``), a simulated one's ``schedule.start_round`` onwards."""
+    cfg = load_config(setting)
+    if cfg["kind"] == "real":
+        rc = run_config(cfg)
+        return [rc.perturbed_round(k) for k in range(n_rounds)]
+    start = perturbation_start(setting)
+    return [start is not None and k >= start for k in range(n_rounds)]
+
+
 def parse_loop_pairs(text: str) -> list[tuple[str, str]]:
     """The ``loop_pairs`` parameter of 06_figures, "run:control,run:control", as (run, control) pairs."""
     pairs = []
@@ -347,11 +360,10 @@ def table_loop_pairs(results_root: str | Path, pairs: Sequence[tuple[str, str]],
         if len(arms[0]) != len(arms[1]):
             raise ValueError(f"loop_pairs {main}:{control}: the two windows have {len(arms[0])} and "
                              f"{len(arms[1])} rounds; a pair shares its schedule")
-        start = perturbation_start(main)
+        perturbed = perturbed_rounds(main, len(arms[0]))
         for repair, resample in zip(*arms):
             k = repair["round"]
-            rows.append({"setting": main, "control": control, "round": k,
-                         "perturbed": start is not None and k >= start,
+            rows.append({"setting": main, "control": control, "round": k, "perturbed": perturbed[k],
                          "Q_repair": repair["Q"], "gained": repair["gained"], "lost": repair["lost"],
                          "p_repair_vs_round0": repair["p_vs_round0"], "p_repair_vs_previous": repair["p_vs_previous"],
                          "Q_resample": resample["Q"], "p_resample_vs_round0": resample["p_vs_round0"],
@@ -378,6 +390,9 @@ def loop_dynamics_panels(results_root: str | Path, pairs: Sequence[tuple[str, st
         ld_main, ld_control = (read_json(p)["loop_dynamics"] for p in paths)
         kind = "real" if ld_main.get("kind") == "real" else "simulated"
         changes = round_changes(load_setting(Path(read_json(paths[0])["arrays_path"])).y)
+        if len(changes) != len(ld_main["Q"]):
+            raise ValueError(f"{paths[0]}: loop_dynamics.Q has {len(ld_main['Q'])} rounds, its arrays "
+                             f"{len(changes)}; rerun 03_calibrate for {main}")
         panels.append({"title": f"{ld_main['label'].replace(' (sim.)', '')} [{kind}, N={ld_main['N']}]",
                        "q_main": ld_main["Q"], "q_control": ld_control["Q"], "peak_round": ld_main["peak_round"],
                        "p_main_vs_round0": [r["p_vs_round0"] for r in changes],

@@ -311,7 +311,7 @@ def fig_loop_dynamics(panels: Sequence[dict]):
         p_round0 = np.asarray(panel.get("p_main_vs_round0") or [np.nan] * len(k), float)
         resolved = p_round0 < 0.05
         if resolved.any():
-            ax.plot(k[resolved], q_main[resolved], "o", ms=7, mfc="none", color=line.get_color(), lw=0.8,
+            ax.plot(k[resolved], q_main[resolved], "o", ms=7, mfc="none", mew=0.8, color=line.get_color(),
                     label="repair vs round 0: p < 0.05")
         ax.plot(np.arange(len(q_control)), q_control, "--s", ms=3, label="independent resampling")
         peak = panel["peak_round"]
@@ -324,6 +324,10 @@ def fig_loop_dynamics(panels: Sequence[dict]):
         ax.set_ylim(0, 1)
         ax.set_xticks(k)
     axes[0][0].set_ylabel("true validity")
-    axes[0][0].legend(frameon=False, loc="lower left", fontsize=6)
+    legend = {}
+    for ax in axes[0]:   # every entry once, wherever it is drawn (a panel may have no ringed round)
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    axes[0][0].legend(legend.values(), legend.keys(), frameon=False, loc="lower left", fontsize=6)
     fig.tight_layout()
     return fig

@@ -189,10 +189,10 @@ def round_vs_round(y, a: int, b: int, n_resamples: int = N_RESAMPLES, seed: int 
 
 
 def round_changes(y) -> list[dict]:
-    """Validity by round with its paired changes (the loop-dynamics figure's real pairs): for each round k,
-    Q_k, the instances that turned valid (``gained``) and invalid (``lost``) since round 0, and the exact McNemar
-    p of round k against round 0 and against round k - 1 (each comparison on its own, not corrected for the
-    number of rounds; :func:`trajectory_shape` is the corrected summary)."""
+    """Validity by round with its paired changes (the loop-dynamics figure's pairs): for each round k, Q_k, the
+    instances that turned valid (``gained``) and invalid (``lost``) since round 0, and the exact McNemar p (App. G)
+    of round k against round 0 and against round k - 1, each comparison on its own, not corrected for the number
+    of rounds (:func:`trajectory_shape` is the corrected summary)."""
     y = np.asarray(y)
     if y.ndim != 2 or y.shape[1] < 2 or y.shape[0] < 1:
         raise ValueError(f"round_changes: y must be [instances, rounds] with at least 2 rounds, got shape {y.shape}")
