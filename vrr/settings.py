@@ -492,6 +492,12 @@ class CalibrationProblem(NamedTuple):
     reason: str
 
 
+def reads_probe(method: str, vote_rounds: str) -> bool:
+    """Whether the vote-noise calibration ``method`` reading the votes of ``vote_rounds`` reads the probe: its
+    labeled plans (the semi-supervised methods) or its votes (``vote_rounds: probe``)."""
+    return method in PROBE_CALIBRATION_METHODS or vote_rounds == "probe"
+
+
 def calibration_problem(method: str, likelihood: str, vote_rounds: str, verifier_kind: str, has_probe: bool,
                         probe_labeled: bool = True) -> CalibrationProblem | None:
     """Why the vote-noise calibration ``method`` under the vote ``likelihood``, reading the votes of
@@ -503,10 +509,9 @@ def calibration_problem(method: str, likelihood: str, vote_rounds: str, verifier
     A method that reads the probe needs one, with labels where it reads them; the semi-supervised methods take
     their unlabeled votes from the window; a deterministic verifier's M votes repeat one answer, so its rho0, rho1
     come from labeled samples (App. H); the binomial-only methods have no exchangeable-vote estimator."""
-    reads_probe = method in PROBE_CALIBRATION_METHODS or vote_rounds == "probe"
     reads_probe_labels = method in PROBE_CALIBRATION_METHODS or (vote_rounds == "probe" and method == "labeled_mle")
     probe_field = "calibration.method" if method in PROBE_CALIBRATION_METHODS else "calibration.vote_rounds"
-    if reads_probe and not has_probe:
+    if reads_probe(method, vote_rounds) and not has_probe:
         return CalibrationProblem(probe_field, "no labeled probe" if reads_probe_labels else "no probe")
     if reads_probe_labels and not probe_labeled:
         return CalibrationProblem(probe_field, "the probe has no labels")

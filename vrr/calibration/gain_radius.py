@@ -25,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.belief import filter_beliefs, gain
-from .estimators import (PROBE_METHODS, EstimatorOptions, VoteNoiseFit, best_rates, binomial_em_chains,
+from ..settings import reads_probe
+from .estimators import (EstimatorOptions, VoteNoiseFit, best_rates, binomial_em_chains,
                          calibrate, labeled_mle, vote_histograms)
 
 PARAM_NAMES = ("rho0", "rho1", "alpha", "beta", "pi")
@@ -54,7 +55,7 @@ def parameter_draws(S, y, M: int, n_boot: int = RADIUS_REPLICATES, seed: int = 0
     of the estimator that was deployed, not the check's. ``likelihood="beta_binomial"``: the exchangeable-vote
     estimators (``vrr.calibration.correlated``), refit from the point fit, and phi0, phi1 are drawn too."""
     S, y = np.asarray(S), np.asarray(y)
-    uses_probe = method in PROBE_METHODS or vote_rounds == "probe"
+    uses_probe = reads_probe(method, vote_rounds)
     if uses_probe and (probe_S is None or probe_M is None):
         raise ValueError(f"parameter_draws: method {method!r} / vote_rounds {vote_rounds!r} needs the probe")
     kwargs = dict(method=method, vote_rounds=vote_rounds, max_pairs=max_pairs, options=options, likelihood=likelihood)

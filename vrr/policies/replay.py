@@ -21,6 +21,7 @@ from ..data.contract import Setting
 from ..calibration.identifiability import labeled_j_diagnostic
 from ..calibration.estimators import MIN_VOTES, PROBE_METHODS
 from .mode import algorithm1_mode
+from ..settings import reads_probe
 
 TPM = "TPM reference"
 
@@ -232,7 +233,7 @@ EXTRA_POLICIES = ("VRR-Stop-t", "TPM-t")
 def probe_kwargs(setting: Setting, config: ReplayConfig) -> dict:
     """The probe arrays, when the vote-noise fit uses the probe (``vote_rounds="probe"``, or the semi-supervised
     EM, whose labeled plans are the probe's)."""
-    if config.vote_rounds == "probe" or config.method in PROBE_METHODS:
+    if reads_probe(config.method, config.vote_rounds):
         return dict(probe_S=setting.probe_S, probe_y=setting.probe_y, probe_M=setting.probe_M)
     return {}
 
