@@ -298,7 +298,7 @@ def fig_loop_dynamics(panels: Sequence[dict]):
     budget and perturbation schedule. Each panel dict has ``title``, ``q_main``, ``q_control``,
     ``peak_round`` (K* of ``vrr.stats.trajectory_shape``, None where the data resolve no interior peak)
     and optionally ``perturb_round`` and ``p_main_vs_round0`` (exact McNemar p of each repaired round against
-    round 0). K* is marked where there is one; otherwise the panel says "no interior peak"; a repaired round
+    round 0). K* is marked where there is one; otherwise the panel says that none is resolved; a repaired round
     that differs from round 0 at p < 0.05 (uncorrected) is ringed."""
     fig, axes = _pyplot().subplots(1, len(panels), figsize=(COLUMN_WIDTH * len(panels), 2.3), squeeze=False, sharey=True)
     for ax, panel in zip(axes[0], panels):
@@ -318,7 +318,8 @@ def fig_loop_dynamics(panels: Sequence[dict]):
         if peak is not None:
             ax.annotate(f"$K^*$={peak}", (peak, q_main[peak]), xytext=(0, 6), textcoords="offset points", ha="center")
         else:
-            ax.text(0.98, 0.95, "no interior peak", transform=ax.transAxes, ha="right", va="top", fontsize=6)
+            ax.text(0.98, 0.95, "no interior peak resolved\n(corrected for choosing it)", transform=ax.transAxes,
+                    ha="right", va="top", fontsize=6)
         ax.set_title(panel["title"])
         ax.set_xlabel("repair round $k$")
         ax.set_ylim(0, 1)
