@@ -58,7 +58,8 @@ def test_the_table_reads_each_pair_from_its_calibrations(calibration, tmp_path):
     pair = ("sim_nonstationary", "sim_nonstationary_control")
     root = calibration(pair[0]).parent.parent
     calibration(pair[1])
-    rows = table_loop_pairs(root, [pair, ("sim_nonstationary", "no_such_control")], tmp_path)
+    panels = vrr.report.loop_dynamics_panels(root, [pair, ("sim_nonstationary", "no_such_control")])
+    rows = table_loop_pairs(panels, tmp_path)
     start = vrr.load_config(pair[0])["schedule"]["start_round"]
     windows = [vrr.load_setting(REPO_ROOT / json.loads((root / s / "calibration.json").read_text())["arrays_path"])
                for s in pair]
@@ -69,14 +70,14 @@ def test_the_table_reads_each_pair_from_its_calibrations(calibration, tmp_path):
     switch = rows[start]
     assert switch["Q_repair"] < rows[start - 1]["Q_repair"] and switch["p_repair_vs_previous"] < 1e-6
     assert all(r["p_resample_vs_previous"] > 0.01 for r in rows[start:])
-    panel, = vrr.report.loop_dynamics_panels(root, [pair])
+    panel, = panels
     assert panel["p_main_vs_round0"][1:] == [r["p_repair_vs_round0"] for r in rows][1:]   # the figure's rings
     written = list(csv.DictReader(open(tmp_path / "loop_pairs.csv")))
     assert len(written) == len(rows) and written[start]["perturbed"] == "True"
 
 
 def test_the_mismatch_rounds_follow_each_settings_perturbation_block():
-    from vrr.report.paper import perturbed_rounds
+    from vrr.report import perturbed_rounds
 
     assert perturbed_rounds("mbpp_cpu_nonstationary", 7) == [False, False, False, True, True, True, True]
     assert perturbed_rounds("mbpp_cpu_loop_resample", 7) == [False] * 7   # edit: none

@@ -6,7 +6,7 @@ paper's table and figure builders (``paper``) and ``write_index``.
 from .index import publish, staging_dir, write_index  # noqa: F401
 from .paper import (  # noqa: F401
     PAPER_POLICY_ORDER, Results, flip_grid, flip_region_rates, loop_dynamics_panels, parse_loop_pairs, pareto_panels,
-    perturbation_start, probe_figure_inputs, table_ablations,
+    perturbed_rounds, probe_figure_inputs, table_ablations,
     table_calibration_stress, table_iterative_feedback, table_loop_dynamics, table_paired, table_robustness,
     table_loop_pairs, table_round_dynamics,
     table_stopping, verifier_markers,

@@ -309,23 +309,15 @@ def flip_region_rates(j_values, delta_edges, flips, decisions) -> tuple[float, f
             float(flips[safe].sum() / max(decisions[safe].sum(), 1)))
 
 
-def perturbation_start(setting: str) -> int | None:
-    """First perturbed round of a non-stationary setting, read from its YAML (simulated:
-    ``schedule.start_round``; real: ``perturbation.from_round``); None if it has none."""
-    cfg = load_config(setting)
-    start = (cfg.get("schedule") or {}).get("start_round") or (cfg.get("perturbation") or {}).get("from_round")
-    return int(start) if start else None
-
-
 def perturbed_rounds(setting: str, n_rounds: int) -> list[bool]:
-    """Which of rounds 0..n_rounds-1 run under the setting's perturbation (the prompt mismatch): a real
-    setting's ``perturbation`` block (``vrr.loop.config.RunConfig.perturbed_round``: from_round..to_round, none
-    when ``edit: none``), a simulated one's ``schedule.start_round`` onwards."""
+    """Which of rounds 0..n_rounds-1 run under the setting's perturbation (the prompt mismatch), read from its YAML:
+    a real setting's ``perturbation`` block (``vrr.loop.config.RunConfig.perturbed_round``: from_round..to_round,
+    none with ``edit: none``), a simulated one's ``schedule.start_round`` on (none without a schedule)."""
     cfg = load_config(setting)
     if cfg["kind"] == "real":
         rc = run_config(cfg)
         return [rc.perturbed_round(k) for k in range(n_rounds)]
-    start = perturbation_start(setting)
+    start = (cfg.get("schedule") or {}).get("start_round")
     return [start is not None and k >= start for k in range(n_rounds)]
 
 
@@ -342,28 +334,40 @@ def parse_loop_pairs(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def _pair_windows(results_root: str | Path, pairs: Sequence[tuple[str, str]]):
-    """(run, control, their two calibration.json) of each pair whose two calibration.json exist."""
+def loop_dynamics_panels(results_root: str | Path, pairs: Sequence[tuple[str, str]]) -> list[dict]:
+    """The loop pairs (a non-stationary run and its resampling control) whose two calibration.json exist, one
+    panel each for the loop-dynamics figure and :func:`table_loop_pairs`: the title (real or simulated), each
+    arm's rounds (``vrr.stats.round_changes``: validity, instances gained and lost since round 0, exact McNemar p),
+    the run's interior peak round (if any) and its perturbed rounds (:func:`perturbed_rounds`)."""
+    panels = []
     for main, control in pairs:
         paths = [Path(results_root) / r / "calibration.json" for r in (main, control)]
-        if all(p.is_file() for p in paths):
-            yield main, control, paths
-
-
-def table_loop_pairs(results_root: str | Path, pairs: Sequence[tuple[str, str]], out_dir: Path) -> list[dict]:
-    """Validity by round of each loop pair (repair and its resampling control, the loop-dynamics figure) with
-    the McNemar-resolved changes (``vrr.stats.round_changes``): one row per pair and round, where ``perturbed``
-    marks the rounds from the run's prompt mismatch on."""
-    rows = []
-    for main, control, paths in _pair_windows(results_root, pairs):
-        arms = [round_changes(load_setting(Path(read_json(p)["arrays_path"])).y) for p in paths]
+        if not all(p.is_file() for p in paths):
+            continue
+        calibrations = [read_json(p) for p in paths]
+        arms = [round_changes(load_setting(Path(c["arrays_path"])).y) for c in calibrations]
         if len(arms[0]) != len(arms[1]):
             raise ValueError(f"loop_pairs {main}:{control}: the two windows have {len(arms[0])} and "
                              f"{len(arms[1])} rounds; a pair shares its schedule")
-        perturbed = perturbed_rounds(main, len(arms[0]))
-        for repair, resample in zip(*arms):
-            k = repair["round"]
-            rows.append({"setting": main, "control": control, "round": k, "perturbed": perturbed[k],
+        ld_main = calibrations[0]["loop_dynamics"]
+        kind = "real" if ld_main.get("kind") == "real" else "simulated"
+        panels.append({"title": f"{ld_main['label'].replace(' (sim.)', '')} [{kind}, N={ld_main['N']}]",
+                       "q_main": [r["Q"] for r in arms[0]], "q_control": [r["Q"] for r in arms[1]],
+                       "p_main_vs_round0": [r["p_vs_round0"] for r in arms[0]],
+                       "peak_round": ld_main["peak_round"], "perturbed": perturbed_rounds(main, len(arms[0])),
+                       "rounds": arms, "settings": (main, control)})
+    return panels
+
+
+def table_loop_pairs(panels: Sequence[dict], out_dir: Path) -> list[dict]:
+    """Validity by round of each loop pair of :func:`loop_dynamics_panels` (repair and its resampling control) with
+    the McNemar-resolved changes: one row per pair and round, ``perturbed`` marking the rounds under the run's
+    prompt mismatch."""
+    rows = []
+    for panel in panels:
+        (main, control), (repair_rounds, resample_rounds) = panel["settings"], panel["rounds"]
+        for repair, resample, perturbed in zip(repair_rounds, resample_rounds, panel["perturbed"]):
+            rows.append({"setting": main, "control": control, "round": repair["round"], "perturbed": perturbed,
                          "Q_repair": repair["Q"], "gained": repair["gained"], "lost": repair["lost"],
                          "p_repair_vs_round0": repair["p_vs_round0"], "p_repair_vs_previous": repair["p_vs_previous"],
                          "Q_resample": resample["Q"], "p_resample_vs_round0": resample["p_vs_round0"],
@@ -379,25 +383,6 @@ def table_loop_pairs(results_root: str | Path, pairs: Sequence[tuple[str, str]],
                         caption="Repeated repair against independent resampling under the same schedule: validity "
                                 "by round, instances gained and lost since round 0, exact McNemar p (uncorrected).")
     return rows
-
-
-def loop_dynamics_panels(results_root: str | Path, pairs: Sequence[tuple[str, str]]) -> list[dict]:
-    """Panels of the loop-dynamics figure: for each (non-stationary run, resampling control) pair whose
-    two calibration.json exist, the validity by round of both, the run's interior peak round (if any) and the
-    exact McNemar p of each repaired round against round 0, titled real or simulated."""
-    panels = []
-    for main, control, paths in _pair_windows(results_root, pairs):
-        ld_main, ld_control = (read_json(p)["loop_dynamics"] for p in paths)
-        kind = "real" if ld_main.get("kind") == "real" else "simulated"
-        changes = round_changes(load_setting(Path(read_json(paths[0])["arrays_path"])).y)
-        if len(changes) != len(ld_main["Q"]):
-            raise ValueError(f"{paths[0]}: loop_dynamics.Q has {len(ld_main['Q'])} rounds, its arrays "
-                             f"{len(changes)}; rerun 03_calibrate for {main}")
-        panels.append({"title": f"{ld_main['label'].replace(' (sim.)', '')} [{kind}, N={ld_main['N']}]",
-                       "q_main": ld_main["Q"], "q_control": ld_control["Q"], "peak_round": ld_main["peak_round"],
-                       "p_main_vs_round0": [r["p_vs_round0"] for r in changes],
-                       "perturb_round": perturbation_start(main), "settings": (main, control)})
-    return panels
 
 
 def pareto_panels(res: Results, runs: Sequence[str]) -> list[dict]:

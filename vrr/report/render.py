@@ -297,16 +297,17 @@ def fig_loop_dynamics(panels: Sequence[dict]):
     (repeated repair of one candidate) against its independent-resampling control under the same
     budget and perturbation schedule. Each panel dict has ``title``, ``q_main``, ``q_control``,
     ``peak_round`` (K* of ``vrr.stats.trajectory_shape``, None where the data resolve no interior peak)
-    and optionally ``perturb_round`` and ``p_main_vs_round0`` (exact McNemar p of each repaired round against
-    round 0). K* is marked where there is one; otherwise the panel says that none is resolved; a repaired round
-    that differs from round 0 at p < 0.05 (uncorrected) is ringed."""
+    and optionally ``perturbed`` (per round: under the prompt mismatch, shaded) and ``p_main_vs_round0`` (exact
+    McNemar p of each repaired round against round 0). K* is marked where there is one; otherwise the panel says
+    that none is resolved; a repaired round that differs from round 0 at p < 0.05 (uncorrected) is ringed."""
     fig, axes = _pyplot().subplots(1, len(panels), figsize=(COLUMN_WIDTH * len(panels), 2.3), squeeze=False, sharey=True)
     for ax, panel in zip(axes[0], panels):
         q_main, q_control = np.asarray(panel["q_main"], float), np.asarray(panel["q_control"], float)
         k = np.arange(len(q_main))
-        start = panel.get("perturb_round")
-        if start is not None:
-            ax.axvspan(start - 0.5, k[-1] + 0.3, color="0.9", zorder=0, label="prompt mismatch")
+        perturbed = np.flatnonzero(panel.get("perturbed") or [False] * len(k))
+        if perturbed.size:
+            ax.axvspan(perturbed[0] - 0.5, perturbed[-1] + (0.3 if perturbed[-1] == k[-1] else 0.5), color="0.9",
+                       zorder=0, label="prompt mismatch")
         line, = ax.plot(k, q_main, "-o", ms=3, label="repeated repair")
         p_round0 = np.asarray(panel.get("p_main_vs_round0") or [np.nan] * len(k), float)
         resolved = p_round0 < 0.05
