@@ -449,19 +449,19 @@ def validate_config(raw: dict, path, kind_hint: str | None = None) -> dict:
     has_probe = cfg["probe"]["n"] > 0 or cfg["probe"].get("from") is not None
     if calibration["method"] is None:
         calibration["method"] = DEFAULT_CALIBRATION_METHOD if has_probe else NO_PROBE_CALIBRATION_METHOD
-    runs = {m: calibration_problem(m, calibration["likelihood"], calibration["vote_rounds"], cfg["verifier"]["kind"],
-                                   has_probe) for m in CALIBRATION_METHODS}
-    problem = runs[calibration["method"]]
+    choice = {"method": calibration["method"], "likelihood": calibration["likelihood"],
+              "vote_rounds": calibration["vote_rounds"], "verifier_kind": cfg["verifier"]["kind"], "has_probe": has_probe}
+    problem = calibration_problem(**choice)
     if problem is not None:
         if problem.field == "calibration.vote_rounds":   # the remedy is another vote_rounds, not another method
-            usable = [v for v in VOTE_ROUNDS if calibration_problem(calibration["method"], calibration["likelihood"], v,
-                                                                    cfg["verifier"]["kind"], has_probe) is None]
-            raise SettingConfigError(path, problem.field, f"{calibration['vote_rounds']!r} cannot feed "
-                                     f"{calibration['method']!r} on this setting ({problem.reason}); vote_rounds "
-                                     f"that can: {', '.join(usable) or 'none'}")
-        usable = [m for m, p in runs.items() if p is None]
-        raise SettingConfigError(path, problem.field, f"{calibration['method']!r} cannot run on this setting "
-                                 f"({problem.reason}); methods that can: {', '.join(usable) or 'none'}")
+            usable = [v for v in VOTE_ROUNDS if calibration_problem(**{**choice, "vote_rounds": v}) is None]
+            what = f"{calibration['vote_rounds']!r} cannot feed {calibration['method']!r}"
+            remedy = "vote_rounds that can"
+        else:
+            usable = [m for m in CALIBRATION_METHODS if calibration_problem(**{**choice, "method": m}) is None]
+            what, remedy = f"{calibration['method']!r} cannot run", "methods that can"
+        raise SettingConfigError(path, problem.field, f"{what} on this setting ({problem.reason}); {remedy}: "
+                                 f"{', '.join(usable) or 'none'}")
     if kind == "real":
         pert = cfg["perturbation"]
         to_round = pert["to_round"]
