@@ -31,7 +31,7 @@ import yaml
 
 from .common.paths import REPO_ROOT
 from .data.contract import Setting, load_setting, save_setting
-from .data.simulate import simulate_from_config
+from .data.simulate import simulate_from_config, simulation_protocol
 from .loop.store import RunPaths
 from .settings import check_plain_name, load_config
 
@@ -456,7 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .loop import runner, store, summary
     from .loop.config import WINDOW_KEYS, from_stored, run_config
 
-    ap = argparse.ArgumentParser(prog="python -m vrr", description="VRR-Stop reproduction: run the LLM loop, label.")
+    ap = _Parser(prog="python -m vrr", description="VRR-Stop reproduction: run the LLM loop, label.")
     sub = ap.add_subparsers(dest="command", required=True)
 
     def setting_args(p):
@@ -528,15 +528,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             return supervise(argv)
         start_orphan_watchdog()
     if a.command == "label":
+        from .settings import UnknownNameError
+
+        for d in a.run_dirs:
+            folder = Path(d)
+            if not folder.is_dir():
+                parent = folder.parent if folder.parent.is_dir() else None
+                raise UnknownNameError("run folder", d, [str(folder.parent / p.name) for p in parent.iterdir()
+                                                         if p.is_dir()] if parent else [])
         for d in a.run_dirs:
             print(d, relabel(d))
         return 0
     cfg, _ = _resolve(a)
+    if cfg["kind"] == "real":
+        check_model_names(cfg)
     name = check_plain_name(a.run_name, "--run-name", "run_name") if a.run_name else \
         run_name(load_config(a.setting), a.model, a.verifier)
     if a.command == "resolve":
         shown = {k: v for k, v in cfg.items() if not k.startswith("_")}
         out = {"setting": shown}
+        if cfg["kind"] == "simulated":
+            out["simulation"] = simulation_protocol(cfg)
         if cfg["kind"] == "real":
             out["run_config"] = run_config(cfg, setting=name).to_json()
             if a.calls:
@@ -602,6 +614,54 @@ def window_gaps(paths, cfg) -> str:
             missing_instances(probe_part, window.probe_want, [r["index"] for r in window.probe]),
             window.probe_missing]
     return "; ".join(gap for gap in gaps if gap)
+
+
+class _Parser(argparse.ArgumentParser):
+    """The command line's parser: a mistyped subcommand, option or choice is one line with the nearest known
+    names and exit status 2 (argparse's own usage block would bury the hint)."""
+
+    def error(self, message: str):
+        from .settings import nearest
+
+        hint = ""
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:
+            known = re.findall(r"'([^']*)'", choice.group(2))
+            near = nearest(choice.group(1), known)
+            message = f"no {'command' if self._subparsers and 'command' in message else 'choice'} " \
+                      f"{choice.group(1)!r}; known: {', '.join(known)}"
+            hint = f"; did you mean {' or '.join(near)}?" if near else ""
+        unknown = re.search(r"unrecognized arguments: (.*)", message)
+        if unknown:
+            options = [o for action in self._all_actions() for o in action.option_strings]
+            near = [n for word in unknown.group(1).split() if word.startswith("-")
+                    for n in nearest(word.split("=")[0], options)[:1]]
+            hint = f"; did you mean {' or '.join(near)}?" if near else ""
+        sys.stderr.write(f"{self.prog}: error: {message}{hint} (--help lists the options)\n")
+        raise SystemExit(2)
+
+    def _all_actions(self):
+        yield from self._actions
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for parser in action.choices.values():
+                    yield from parser._actions
+
+
+def check_model_names(cfg: dict) -> None:
+    """An in-process engine loads a model by registry name, local directory or Hugging Face id (``org/name``);
+    anything else is a typo, refused with the nearest registry names before an engine starts. An OpenAI-compatible
+    server and the fake backend take any name (the server decides)."""
+    from .loop.engine.models import MODELS
+    from .settings import UnknownNameError
+
+    if cfg["engine"]["backend"] in ("fake", "openai"):
+        return
+    for role, model in cfg["models"].items():
+        if model in MODELS or "/" in str(model) or Path(str(model)).is_dir():
+            continue
+        raise UnknownNameError("model", model, MODELS, where=f"{cfg['_path']} (models.{role})",
+                               field=f"models.{role}")
 
 
 def _count_arg(text: str) -> int:

@@ -38,12 +38,12 @@ from the dictionary returned by :func:`load_config`.
 from __future__ import annotations
 
 import copy
+import difflib
+import functools
 import math
 import re
 from pathlib import Path
 from typing import Any, NamedTuple
-
-import yaml
 
 from .common.paths import REPO_ROOT, SETTINGS_DIR
 from .core.model import NoiseParams
@@ -107,6 +107,28 @@ class SettingConfigError(ValueError):
         super().__init__(f"{path}: field '{field}': {problem}")
 
 
+class UnknownNameError(SettingConfigError):
+    """A name that is not among the known ones (a setting, a key, a model, a choice): one line that names what
+    was given and the nearest known names (``nearest``), never the whole list."""
+
+    def __init__(self, what: str, name: str, known, where: str = "", field: str = "name"):
+        self.name, self.known = name, sorted(set(known))
+        near = nearest(name, self.known)
+        hint = f"did you mean {' or '.join(near)}?" if near else \
+            f"known: {', '.join(self.known[:8])}{', ...' if len(self.known) > 8 else ''}" if self.known else \
+            "no such file"
+        self.path, self.field = where or "<command line>", field
+        self.problem = f"no {what} {name!r}{f' in {where}' if where else ''}; {hint}"
+        ValueError.__init__(self, self.problem)
+
+
+def nearest(name: str, known, n: int = 3) -> list[str]:
+    """The known names closest to ``name`` (``difflib``; case ignored), best first."""
+    known = list(known)
+    lower = {k.lower(): k for k in known}
+    return [lower[m] for m in difflib.get_close_matches(str(name).lower(), list(lower), n=n, cutoff=0.6)]
+
+
 # --------------------------------------------------------------------------- the schema
 class Field:
     """One leaf of the schema: its type, whether it is required, its default and its range."""
@@ -143,7 +165,9 @@ class Field:
             if len(value) > MAX_STR:
                 raise SettingConfigError(path, field, f"must be at most {MAX_STR} characters, got {len(value)}")
         if self.choices and value not in self.choices:
-            raise SettingConfigError(path, field, f"must be one of {self.choices}, got {short_repr(value)}")
+            near = nearest(value, self.choices) if isinstance(value, str) else []
+            raise SettingConfigError(path, field, f"must be one of {self.choices}, got {short_repr(value)}"
+                                     f"{f'; did you mean {near[0]!r}?' if near else ''}")
         if self.low is not None and value < self.low:
             raise SettingConfigError(path, field, f"must be >= {self.low}, got {short_repr(value)}")
         if self.high is not None and value > self.high:
@@ -277,44 +301,49 @@ SIMULATED_BLOCKS = {"params", "schedule"}  # params is required there, schedule 
 
 
 # --------------------------------------------------------------------------- YAML reading
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys instead of keeping the last one, refuses anchors and
-    aliases (a billion-laughs file is stopped at its first anchor, before anything expands) and
-    refuses nesting deeper than ``MAX_DEPTH`` (before the recursive composer reaches Python's limit)."""
+@functools.cache
+def _strict_loader():
+    """The settings loader class, built on first use: PyYAML is imported only when a setting is read
+    (``import vrr`` and the online controller need NumPy and SciPy alone)."""
+    import yaml
 
-    _depth = 0
+    class _StrictLoader(yaml.SafeLoader):
+        """SafeLoader that refuses duplicate keys instead of keeping the last one, refuses anchors and
+        aliases (a billion-laughs file is stopped at its first anchor, before anything expands) and
+        refuses nesting deeper than ``MAX_DEPTH`` (before the recursive composer reaches Python's limit)."""
 
-    def compose_node(self, parent, index):
-        event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            raise yaml.composer.ComposerError(None, None, "anchors and aliases (&name, *name) are not allowed "
-                                              "in settings", event.start_mark)
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels",
-                                                  event.start_mark)
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+        _depth = 0
 
+        def compose_node(self, parent, index):
+            event = self.peek_event()
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+                raise yaml.composer.ComposerError(None, None, "anchors and aliases (&name, *name) are not allowed "
+                                                  "in settings", event.start_mark)
+            self._depth += 1
+            try:
+                if self._depth > MAX_DEPTH:
+                    raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels",
+                                                      event.start_mark)
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
 
-def _construct_mapping(loader, node, deep=False):
-    seen = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        try:
-            hash(key)
-        except TypeError:
-            raise yaml.constructor.ConstructorError(None, None, f"a key must be a plain name, got a {type(key).__name__}",
-                                                    key_node.start_mark) from None
-        if key in seen:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {short_repr(key)}", key_node.start_mark)
-        seen.add(key)
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+    def _construct_mapping(loader, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            try:
+                hash(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(None, None, f"a key must be a plain name, got a {type(key).__name__}",
+                                                        key_node.start_mark) from None
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {short_repr(key)}", key_node.start_mark)
+            seen.add(key)
+        return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+    _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+    return _StrictLoader
 
 
 def _yaml_problem(exc: Exception, limit: int = 400) -> str:
@@ -325,8 +354,10 @@ def _yaml_problem(exc: Exception, limit: int = 400) -> str:
 def parse_yaml(text: str, source, field: str = "<file>") -> Any:
     """One YAML document read with the settings loader (no aliases, bounded depth, no duplicate keys);
     any failure is a :class:`SettingConfigError` naming ``source`` and ``field``."""
+    import yaml
+
     try:
-        return yaml.load(text, Loader=_StrictLoader)
+        return yaml.load(text, Loader=_strict_loader())
     except yaml.YAMLError as exc:
         raise SettingConfigError(source, field, f"not valid YAML ({_yaml_problem(exc)})") from None
     except RecursionError:
@@ -401,8 +432,10 @@ def _validate_block(raw: dict, schema: dict, kind: str, path, prefix: str = "") 
                                      f"a key must be a name (a string), got the {type(key).__name__} {short_repr(key, 40)}")
     unknown = sorted(set(raw) - set(schema))
     if unknown:
+        near = nearest(unknown[0], schema)
         raise SettingConfigError(path, prefix + unknown[0][:60],
-                                 f"unknown key (known here: {', '.join(sorted(schema))})")
+                                 f"unknown key{f'; did you mean {prefix}{near[0]}?' if near else ''} "
+                                 f"(known here: {', '.join(sorted(schema))})")
     out: dict[str, Any] = {}
     for key, spec in schema.items():
         field = prefix + key
@@ -588,8 +621,13 @@ def load_config(name_or_path: str | Path, settings_dir: Path = SETTINGS_DIR,
     """
     path = settings_path(name_or_path, settings_dir)
     if not path.is_file():
-        known = ", ".join(list_settings(settings_dir))
-        raise FileNotFoundError(f"{path}: no such setting (known: {known})")
+        given = Path(name_or_path)
+        if given.suffix not in (".yaml", ".yml"):
+            raise UnknownNameError("setting", given.name, list_settings(settings_dir), where=str(path.parent))
+        folder = path.parent if path.parent.is_dir() else None
+        files = [str(path.parent / p.name) for p in folder.glob("*.y*ml")] if folder else []
+        names = list_settings(settings_dir) if given.parent == Path(".") else []
+        raise UnknownNameError("setting file", str(path), files + names)
     raw = _read_with_includes(path, roots=(Path(settings_dir).resolve(), path.resolve().parent))
     for dotted, value in (overrides or {}).items():
         if not isinstance(dotted, str) or not DOTTED_KEY.match(dotted):
