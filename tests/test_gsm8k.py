@@ -2,6 +2,7 @@
 from fractions import Fraction
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from vrr.loop.tasks import gsm8k
 
@@ -208,7 +209,13 @@ GRAMMAR = [
     ("\\dfrac{1,000}{8}", 125), ("\\frac{1,8}{2}", None), ("\\frac{1}{0}", None),
     ("\uff11\uff18", 18), ("\u0661\u0668", 18), ("\u0967\u0968", 12), ("1\u0668", None), ("\u00b2", None),
     ("5-3", 5), ("x = 12 apples", 12), ("about 3 then 4", 3), ("1e309 or 5", None),
-    ("", None), ("no number", None), ("1_000", 1),
+    ("", None), ("no number", None),
+    # a number is the whole token or no number: glued digits, detached signs, other scripts' separators
+    ("1_000", None), ("0x10", None), ("0b101", None), ("0o17", None), ("5x3", None), ("1'000", None),
+    ("- 5", None), ("+ 5", None), ("(- 5)", None), ("= -  5", None), ("10 - 5", 10), ("x - 5", 5),
+    ("\u0661\u066b\u0665", None), ("1\u066b5", None), ("\u0661\u066c\u0660\u0660\u0660", None),
+    ("\uff11\uff0c\uff10\uff10\uff10", None), ("\uff11\uff0e\uff15", None), ("1,8 apples and 5 pears", None),
+    ("0x10 apples and 5 pears", None), ("12abc", 12), ("a_5", None),
 ]
 
 
@@ -221,6 +228,9 @@ def test_the_number_grammar(text, want):
 @pytest.mark.parametrize("plan, gold, valid", [
     ("The answer is 1e3.", "1", 0), ("The answer is 1e3.", "1000", 1), ("The answer is 1,8.", "18", 0),
     ("The answer is 1,8.", "1", 0), ("The answer is 10000000000000001.", "10000000000000000", 0),
+    ("The answer is - 5.", "5", 0), ("The answer is - 5.", "-5", 0), ("The answer is 1_000.", "1", 0),
+    ("The answer is 0x10.", "0", 0), ("The answer is 0x10.", "16", 0), ("x = 1_000", "1", 0),
+    ("The answer is \uff11\uff0c\uff10\uff10\uff10.", "1", 0),
     ("The answer is 1e+16.", "10000000000000000", 1), ("The answer is 18.0000001.", "18", 1),
 ])
 def test_labels_read_the_grammar(plan, gold, valid):
@@ -232,6 +242,8 @@ def test_labels_read_the_grammar(plan, gold, valid):
     ("1e+16", "10000000000000001", False), ("1,8", "18", False), ("1,800", "1800", True),
     ("12.299999999999999", "12.3", True), ("72.0", "72", True), ("inf", "1", False), ("nan", "0", False),
     ("6.182536106574134e+38", "6", False), ("-8", "8", False), ("\uff17\uff12", "72", True),
+    ("1_000", "1", False), ("1_000", "1000", False), ("0x10", "0", False), ("- 5", "5", False),
+    ("\u0661\u066b\u0665", "1", False), ("\uff11\uff0c\uff10\uff10\uff10", "1", False),
 ])
 def test_program_votes_compare_with_the_same_grammar(printed, plan_answer, agree):
     """What the vote programs printed, against the plan's answer (``task.answers_agree``, the call of
@@ -248,3 +260,32 @@ def test_integers_compare_exactly_and_answers_format_exactly():
     assert gsm8k.extract_answer("The answer is 10000000000000001.") == "10000000000000001"
     assert gsm8k.extract_answer("The answer is 2e-05.") == "0.00002"
     assert gsm8k.extract_answer("The answer is 1,8.") is None  # an ill-formed number is no answer
+
+
+_GLUES = ["_", "'", "\u2019", "\u00b7", "\u066b", "\u066c", "\u060c", "\uff0c", "\uff0e", "x", "b", "o", "e_"]
+_DIGIT_SETS = ["0123456789", "\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669",
+               "\uff10\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18\uff19"]
+
+
+@given(a=st.integers(0, 10 ** 6), b=st.integers(0, 10 ** 6), glue=st.sampled_from(_GLUES),
+       digits=st.sampled_from(_DIGIT_SETS), before=st.sampled_from(["", "The answer is ", "x = ", "(", "So "]),
+       after=st.sampled_from(["", ".", " apples", " and 7"]))
+@settings(max_examples=300, deadline=None)
+def test_glued_digits_are_no_number_in_any_script(a, b, glue, digits, before, after):
+    """A number is the whole token: digits glued by an underscore, another script's separator, an apostrophe
+    or letters ("1_000", "1\u066b5", "0x10") are no number, and no part of them is read instead."""
+    script = str.maketrans("0123456789", digits)
+    token = f"{a}".translate(script) + glue + f"{b}".translate(script)
+    assert gsm8k.parse_number(before + token + after) is None
+    assert not gsm8k.answers_agree(str(a), token) and not gsm8k.answers_agree(str(b), token)
+
+
+@given(n=st.integers(-10 ** 12, 10 ** 12), spaces=st.text(" \t", min_size=1, max_size=3),
+       lead=st.sampled_from(["", "The answer is ", "(", "= ", "total: "]))
+@settings(max_examples=200, deadline=None)
+def test_a_detached_sign_is_no_number_and_a_whole_token_reads_its_value(n, spaces, lead):
+    assert gsm8k.parse_number(str(n)) == n and gsm8k.parse_number(f"{n:,}") == n
+    assert gsm8k.parse_number(f"{lead}-{spaces}{abs(n)}") is None
+    assert gsm8k.parse_number(f"{lead}+{spaces}{abs(n)}") is None
+    assert gsm8k.label(f"The answer is -{spaces}{abs(n)}.", str(abs(n))) == 0
+    assert gsm8k.label(f"The answer is {n}.", str(n)) == 1

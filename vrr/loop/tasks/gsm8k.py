@@ -92,11 +92,16 @@ MAX_EXPONENT = 400       # |exponent| of scientific notation; more is no number 
 LARGEST = Fraction(sys.float_info.max)  # a number of larger magnitude is not finite as a double: no number
 TOLERANCE = Fraction(1, 10 ** 6)        # relative, for answers that are not both integers
 
+# What glues digits into one token that is not a number of the grammar: an underscore ("1_000"), a
+# separator of another script (Arabic U+066B/U+066C/U+060C, fullwidth U+FF0C/U+FF0E), an apostrophe or a
+# middle dot ("1'000"), or letters followed by a digit ("0x10", "0b101", "5x3").
+_GLUE = "_'\u2019\u00b7\u066b\u066c\u060c\uff0c\uff0e"
 # A magnitude: an integer part with comma separators only in groups of exactly three digits ("1,000",
-# never "1,8"), an optional decimal part, an optional exponent; never followed by more of a number
-# ("1,8", "1.2.3" are no numbers; a mantissa is never read without its exponent).
-_MAGNITUDE = (r"(?<![\d.,])(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)"
-              r"(?:[eE][-+]?\d+|(?![eE][-+]?\d))(?![,.]?\d)")
+# never "1,8"), an optional decimal part, an optional exponent; the whole token: never preceded or
+# followed by more of a number ("1,8", "1.2.3", "1_000", "0x10", "\u0661\u066b\u0665" are no numbers; a
+# mantissa is never read without its exponent).
+_MAGNITUDE = (rf"(?<![\d.,_])(?<!\d[{_GLUE}])(?<!\d[^\W\d_])(?:(?:\d{{1,3}}(?:,\d{{3}})+|\d+)(?:\.\d+)?|\.\d+)"
+              rf"(?:[eE][-+]?\d+|(?![eE][-+]?\d))(?![,.]?\d)(?!_)(?![{_GLUE}]\d)(?![^\W\d]+\d)")
 # A sign (not an operator: no value right before it), an optional dollar sign, a magnitude, and an
 # optional "/ magnitude".
 _NUM = rf"(?:(?<![\w)\]}}])[-+])?(?:\$\s?)?{_MAGNITUDE}(?:\s*/\s*{_MAGNITUDE})?"
@@ -180,13 +185,42 @@ def parse_number(s: str | None) -> Fraction | None:
     t = s.strip().replace("\u2212", "-")
     t = re.sub(r"\\(?:text|mathrm|mbox)\{([^}]*)\}", r"\1", t)
     t = t.replace("\\$", "$").replace("\\%", "%").replace("\\!", "").replace("{,}", ",")
-    frac, m = re.search(_FRAC, t), re.search(_NUM, t)
+    frac, m, digit = re.search(_FRAC, t), re.search(_NUM, t), re.search(r"\d", t)
     if frac and (not m or frac.start() <= m.start()):
         a, b = _token_value(frac.group(1)), _token_value(frac.group(2))
         if a is None or b is None or b == 0 or abs(a / b) > LARGEST:
             return None
         return a / b
-    return _token_value(m.group(0)) if m else None
+    if m is None or digit.start() < m.start():  # the first digits are no number: no later one stands in
+        return None
+    return _value_at(t, m)
+
+
+def _value_at(text: str, m: re.Match) -> Fraction | None:
+    """The value of the grammar's token ``m`` found in ``text``, or None when a detached sign stands before
+    it: "- 5" (a sign, then space) is no number, unless the sign follows a value ("10 - 5", "x - 5"), where
+    it is an operator and the number stands on its own."""
+    return None if _detached_sign(text, m.start()) else _token_value(m.group(0))
+
+
+def _detached_sign(text: str, start: int) -> bool:
+    """True when a ``-``/``+`` and at least one space come right before ``start``, and no value (a digit, a
+    closing bracket, ``%`` or a one-letter variable) stands before that sign. Only the spaces around the
+    one sign are read, so scanning every number of a text stays linear."""
+    j = start - 1
+    while j >= 0 and text[j].isspace():
+        j -= 1
+    if j == start - 1 or j < 0 or text[j] not in "+-":
+        return False
+    k = j - 1
+    while k >= 0 and text[k].isspace():
+        k -= 1
+    if k < 0:
+        return True
+    c = text[k]
+    if c.isdecimal() or c in ")]}%":
+        return False
+    return not (c.isalpha() and (k == 0 or not text[k - 1].isalnum()))
 
 
 def same_number(a: Fraction, b: Fraction) -> bool:
@@ -319,9 +353,9 @@ def answer_statement(text: str | None) -> tuple[str | None, str | None]:
                 v = parse_number(box) if box is not None else _stated_number(capture)
                 if v is not None:
                     return _fmt(v), (box if box is not None else capture)
-    nums = re.findall(_NUM, text.replace("\u2212", "-"))  # the grammar's tokens, in order
-    for tok in reversed(nums):
-        v = parse_number(tok)
+    plain = text.replace("\u2212", "-")
+    for m in reversed(list(re.finditer(_NUM, plain))):  # the grammar's tokens, last first
+        v = _value_at(plain, m)
         if v is not None:
             return _fmt(v), None
     return None, None
