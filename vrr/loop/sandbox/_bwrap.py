@@ -18,17 +18,21 @@ from collections import deque
 from pathlib import Path
 from typing import Sequence
 
-from ._cgroup import _Cgroup, cgroup_support
-from ._limits import (DEFAULT_TIMEOUT, FILE_SIZE_LIMIT, LAUNCH_ENV, MEMORY_LIMIT, OPEN_FILES_LIMIT, OUTPUT_CAP,
-                      PROGRAM_PATH, SANDBOX_UID, SITE_DIR, TMPFS_BYTES, WEAK_PROCESS_SLOTS, SandboxError,
-                      SandboxResult)
+from ._cgroup import _Cgroup, cgroup_parents, cgroup_support
+from ._limits import (CGROUP_PREFIX, DEFAULT_TIMEOUT, FILE_SIZE_LIMIT, LAUNCH_ENV, MEMORY_LIMIT, OPEN_FILES_LIMIT,
+                      OUTPUT_CAP, PROGRAM_PATH, PROGRAM_TMPFS_BYTES, ROOT_TMPFS_BYTES, SANDBOX_UID, SITE_DIR,
+                      TMPFS_BYTES, WEAK_PROCESS_SLOTS, SandboxError, SandboxResult)
 from ._machine import _allowed_package_dirs, _no_cgroup_message, _weak_allowed, bwrap_path, interpreter
+from ._reaper import LAUNCHER_FILE, owner_tag, remove_stale, start_guard, start_ticks
 
 
 def _bwrap_argv(program: Path, hash_seed: int) -> tuple[list[str], str]:
     exe, prefix = interpreter()
     argv = [bwrap_path(), "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--disable-userns", "--hostname", "sandbox",
+            # every writable mount has a size of its own: the root first (bubblewrap's own root tmpfs has none),
+            # everything else is mounted on it
+            "--size", str(ROOT_TMPFS_BYTES), "--tmpfs", "/",
             "--ro-bind", "/usr", "/usr"]
     for top in ("lib", "lib64", "lib32", "bin", "sbin"):
         host = Path("/", top)
@@ -44,7 +48,11 @@ def _bwrap_argv(program: Path, hash_seed: int) -> tuple[list[str], str]:
         argv += ["--ro-bind", str(folder), f"{SITE_DIR}/{name}"]
     argv += ["--proc", "/proc", "--dev", "/dev",
              "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp", "--size", str(TMPFS_BYTES), "--tmpfs", "/dev/shm",
-             "--ro-bind", str(program), PROGRAM_PATH, "--chdir", "/tmp", "--clearenv",
+             "--size", str(PROGRAM_TMPFS_BYTES), "--tmpfs", os.path.dirname(PROGRAM_PATH),
+             "--ro-bind", str(program), PROGRAM_PATH,
+             # the root, /sandbox and /dev hold only mount points: read-only once everything is mounted
+             "--remount-ro", os.path.dirname(PROGRAM_PATH), "--remount-ro", "/dev", "--remount-ro", "/",
+             "--chdir", "/tmp", "--clearenv",
              "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "HOME", "/tmp",
              "--setenv", "TMPDIR", "/tmp", "--setenv", "PYTHONPATH", SITE_DIR,
              "--setenv", "PYTHONHASHSEED", str(int(hash_seed)), "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
@@ -139,7 +147,8 @@ class _Job:
         self.status_read = None
 
     def start(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="vrr-sandbox-"))  # 0700, ours
+        _guard_this_process()
+        self.root = Path(tempfile.mkdtemp(prefix=f"{CGROUP_PREFIX}-{owner_tag()}-"))  # 0700, ours; whose: _reaper
         try:
             self._start()
         except BaseException:
@@ -179,6 +188,8 @@ class _Job:
                                              self.cgroup.procs_files() if self.cgroup else []))
         finally:
             os.close(status_write)
+        # the guard kills bubblewrap's process group by this record if we die (a run without a cgroup)
+        (self.root / LAUNCHER_FILE).write_text(f"{self.proc.pid} {start_ticks(self.proc.pid)}")
         try:
             self.pidfd = os.pidfd_open(self.proc.pid)
         except (AttributeError, OSError):
@@ -284,6 +295,21 @@ class _Job:
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
+
+
+_GUARD: dict = {"pid": 0, "proc": None}
+
+
+def _guard_this_process() -> None:
+    """Before this process's first run (and again after a fork, or if its guard died): remove what dead
+    owners left behind, saying so, and start this process's guard (:mod:`._reaper`)."""
+    guard = _GUARD["proc"]
+    if _GUARD["pid"] == os.getpid() and guard is not None and guard.poll() is None:
+        return
+    parents, tmp = cgroup_parents(), tempfile.gettempdir()
+    if _GUARD["pid"] != os.getpid():
+        remove_stale(CGROUP_PREFIX, parents, tmp)
+    _GUARD.update(pid=os.getpid(), proc=start_guard(CGROUP_PREFIX, parents, tmp))
 
 
 # --------------------------------------------------------------------------- public API

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import os
-import signal
-import time
 from pathlib import Path
 
 from ._limits import CGROUP_PREFIX, MEMORY_LIMIT, TASK_LIMIT
+from ._reaper import kill_cgroup, owner_tag, remove_cgroup
 
 
 def _cgroup_roots() -> dict | None:
@@ -58,7 +57,7 @@ class _Cgroup:
 
     def __init__(self, roots: dict):
         _Cgroup._count += 1
-        name = f"{CGROUP_PREFIX}-{os.getpid()}-{_Cgroup._count}-{time.monotonic_ns()}"
+        name = f"{CGROUP_PREFIX}-{owner_tag()}-{_Cgroup._count}"   # whose it is: _reaper
         if roots["version"] == 1:
             self.dirs = [Path(roots["memory"], name), Path(roots["pids"], name)]
         else:
@@ -107,32 +106,20 @@ class _Cgroup:
             return False
 
     def kill_all(self) -> None:
-        if self.version == 2 and (self.dirs[0] / "cgroup.kill").exists():
-            try:
-                (self.dirs[0] / "cgroup.kill").write_text("1")
-            except OSError:
-                pass
-        for _ in range(50):
-            pids = self.pids()
-            if not pids:
-                return
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.01)
+        for d in self.dirs:
+            kill_cgroup(d)
 
     def remove(self) -> None:
         for d in self.dirs:
-            for _ in range(100):
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:  # processes still exiting
-                    time.sleep(0.01)
+            remove_cgroup(d)
+
+
+def cgroup_parents() -> list[str]:
+    """The folders this machine's sandbox cgroups are made in ([] without a cgroup)."""
+    roots = cgroup_support()
+    if roots is None:
+        return []
+    return [roots["memory"], roots["pids"]] if roots["version"] == 1 else [roots["dir"]]
 
 
 def live_sandbox_processes(made_by: int | None = None) -> list[int]:

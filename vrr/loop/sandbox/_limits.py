@@ -7,6 +7,8 @@ DEFAULT_TIMEOUT = 5.0          # seconds (App. B: MBPP unit tests, 5 s timeout)
 MEMORY_LIMIT = 1 << 30         # bytes, all processes of one run together (cgroup)
 TASK_LIMIT = 256               # processes + threads of one run together (cgroup pids.max)
 TMPFS_BYTES = 64 << 20         # size of the private /tmp and /dev/shm (also charged to MEMORY_LIMIT)
+ROOT_TMPFS_BYTES = 1 << 20     # size of the sandbox's root, /, a tmpfs holding only mount points (read-only)
+PROGRAM_TMPFS_BYTES = 1 << 20  # size of /sandbox, a tmpfs holding only the program's mount point (read-only)
 FILE_SIZE_LIMIT = 10 << 20     # RLIMIT_FSIZE, bytes per file written
 OPEN_FILES_LIMIT = 256         # RLIMIT_NOFILE
 OUTPUT_CAP = 64 << 10          # bytes of stdout / stderr read back (the tail)
@@ -15,7 +17,7 @@ SANDBOX_UID = 65534            # "nobody" inside the user namespace
 ALLOWED_PACKAGES = ("numpy",)  # third-party packages a program may import (besides the standard library)
 PROGRAM_PATH = "/sandbox/main.py"
 SITE_DIR = "/opt/vrr-site"
-CGROUP_PREFIX = "vrr-sandbox"
+CGROUP_PREFIX = "vrr-sandbox"    # names the cgroups and the host-side folders of sandbox runs
 
 WEAK_ENV = "VRR_SANDBOX_ALLOW_WEAK"
 # bubblewrap itself starts with no environment: its init is PID 1 of the sandbox, whose
