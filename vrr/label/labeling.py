@@ -32,10 +32,23 @@ LABEL_ENVIRONMENT = "label_environment.json"  # beside the arrays: the machine's
 
 def round_verdicts(verifier, task: Task, round_record: dict, texts: Sequence[str]) -> list[int | None]:
     """The stored votes of one plan: recomputed from their structured results where the verifier can
-    (``round_verdicts``: answer-comparing programs), else the verdict the labeler stored (``parse``)."""
+    (``round_verdicts``: answer-comparing programs), else the verdict the labeler stored (``parse``).
+    A vote whose text lost problem text to redaction after it was cast (``elided_votes``) keeps the live
+    verdict stored beside it (``votes``): the elided text is not what was voted on."""
     if hasattr(verifier, "round_verdicts"):
-        return verifier.round_verdicts(texts, task, round_record)
-    return [verifier.parse(t) for t in texts]
+        out = list(verifier.round_verdicts(texts, task, round_record))
+    else:
+        out = [verifier.parse(t) for t in texts]
+    elided = round_record.get("elided_votes") or []
+    if elided:
+        live = round_record.get("votes")
+        if (not isinstance(elided, list) or not isinstance(live, list) or len(live) != len(out)
+                or any(isinstance(m, bool) or not isinstance(m, int) or not 0 <= m < len(out) for m in elided)
+                or any(v not in (0, 1) for v in live)):
+            raise ValueError(f"round record: elided_votes {elided!r} do not index its {len(out)} live votes {live!r}")
+        for m in elided:
+            out[m] = int(live[m])
+    return out
 
 
 def stored_votes(records: Sequence[dict], cfg: RunConfig) -> np.ndarray:

@@ -175,7 +175,11 @@ def parse_number(s: str | None) -> Fraction | None:
       another digit, comma-digit or dot-digit ("1.2.3") is no number;
     * optionally ``/`` and a second magnitude ("3/4"; a zero denominator is no number); also
       ``\\frac{a}{b}``, ``\\dfrac``, ``\\tfrac``;
-    * units, "%" and text around it are ignored ("7 dollars", "50%").
+    * units, "%" and text around it are ignored ("7 dollars", "50%");
+    * the number is the whole token or no number: digits glued by an underscore, letters or another
+      script's separator ("1_000", "0x10", "5x3", "\u0661\u066b\u0665", "\uff11\uff0c\uff10\uff10\uff10") are
+      no number, and neither is one after a detached sign ("- 5": a sign, a space, then the number,
+      with no value before the sign; the reader cannot tell minus five from a dash).
 
     Non-finite values are no numbers: "inf", "nan" and "Infinity" have no digits, and a value beyond
     the double range ("1e309", a 400-digit integer) or with more than :data:`MAX_NUMBER_DIGITS` digits
@@ -538,6 +542,8 @@ class GSM8K(Task):
         return int(self.is_valid(self.stored_answer(round_record), problem))
 
     def stored_answer(self, round_record: dict):
+        if "answer" in round_record and round_record.get("answer_elided") is True:  # redaction changed what the plan reads
+            return round_record["answer"]
         if "answer" not in round_record:
             return extract_answer(round_record.get("plan"))
         again, source = answer_statement(round_record.get("plan"))

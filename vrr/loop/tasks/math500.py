@@ -354,6 +354,8 @@ class MATH500(Task):
         return [int(v["valid"]) for v in self.check([(self.stored_answer(rd), p) for rd, p in items])]
 
     def stored_answer(self, rd: dict):
+        if "answer" in rd and rd.get("answer_elided") is True:  # redaction changed what the plan reads
+            return rd["answer"]
         answer = rd["answer"] if "answer" in rd else self.extract_answer(rd.get("plan"))
         if answer == "":
             answer = self.extract_answer(rd.get("plan"))

@@ -419,6 +419,8 @@ class MBPP(Task):
         redaction left whole (the extraction rule changed). Code with the redaction marker anywhere, in a
         comment too, may have lost lines to it (a shown test joined to the comment before it): the stored
         answer stands."""
+        if "answer" in rd and rd.get("answer_elided") is True:  # redaction changed what the plan reads
+            return rd["answer"]
         if "answer" not in rd:
             return self.extract_answer(rd.get("plan"))
         again = self.extract_answer(rd.get("plan"))
