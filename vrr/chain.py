@@ -152,22 +152,30 @@ def run_generation_process(setting_file: str, paths: SettingPaths, overrides: di
 WORKER_ENV = "VRR_GENERATE_WORKER"
 
 
+SUPERVISOR_ENV = "VRR_GENERATE_SUPERVISOR"   # the worker's expected parent: the pid of its supervisor
+
+
 def supervise(argv: Sequence[str]) -> int:
     """Run ``python -m vrr generate ...`` as a worker in its own process group and reap that whole
     group (vLLM's EngineCore and workers included) on every exit path of this process.
 
-    SIGTERM/SIGINT here are forwarded to the group, which gets SIGKILL 10 s later at the latest; a
-    worker that dies (even by SIGKILL) has its group killed; and if this supervisor itself is
-    SIGKILLed, the worker's watchdog (:func:`start_orphan_watchdog`) kills the group.
+    SIGTERM/SIGINT here are forwarded to the group, which gets SIGKILL 10 s later at the latest (a signal
+    that comes while the worker starts is forwarded once it exists); a worker that dies (even by SIGKILL)
+    has its group killed. If this supervisor itself is SIGKILLed, at any moment, the worker's start
+    included, the worker kills its group: the kernel sends it SIGTERM (``PR_SET_PDEATHSIG``, set in the
+    child before exec, which then checks that its parent is still this supervisor), and its watchdog
+    (:func:`start_orphan_watchdog`) waits on a pidfd of this process.
     """
     import signal
 
-    env = dict(os.environ, **{WORKER_ENV: "1"})
+    env = dict(os.environ, **{WORKER_ENV: "1", SUPERVISOR_ENV: str(os.getpid())})
     env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
-    proc = subprocess.Popen([sys.executable, "-m", "vrr", *argv], env=env, start_new_session=True)
     stopping = {"signal": 0}
+    proc = None
 
     def kill_group(sig):
+        if proc is None:
+            return
         try:
             os.killpg(proc.pid, sig)
         except (ProcessLookupError, PermissionError):
@@ -179,6 +187,10 @@ def supervise(argv: Sequence[str]) -> int:
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
+        proc = subprocess.Popen([sys.executable, "-m", "vrr", *argv], env=env, start_new_session=True,
+                                preexec_fn=_death_signal_preexec(signal.SIGTERM, os.getpid()))
+        if stopping["signal"]:
+            kill_group(signal.SIGTERM)
         while True:
             try:
                 rc = proc.wait(timeout=10 if stopping["signal"] else None)
@@ -192,42 +204,78 @@ def supervise(argv: Sequence[str]) -> int:
     return 128 + stopping["signal"] if stopping["signal"] else rc
 
 
-def start_orphan_watchdog(interval: float = 1.0) -> None:
-    """In a generation worker: kill our own process group when the supervisor disappears (SIGKILL),
-    and on SIGTERM; the group holds the engine's child processes, which would otherwise live on."""
+def start_orphan_watchdog() -> None:
+    """In a generation worker: kill our own process group (the engine's child processes, which would otherwise
+    live on) on SIGTERM and when the supervisor exits, however it exits. The kernel reports that exit twice:
+    as SIGTERM (``PR_SET_PDEATHSIG``, set by :func:`supervise` before exec) and on a pidfd of the supervisor
+    that a thread waits on (it acts even while the main thread is in a C call, when Python would hold the
+    signal's handler back). A supervisor that died while this worker started is seen at once: the parent is
+    no longer the process named in ``VRR_GENERATE_SUPERVISOR``."""
+    import select
     import signal
     import threading
-    import time
-
-    parent = os.getppid()
 
     def kill_own_group(*_):
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
     signal.signal(signal.SIGTERM, kill_own_group)
+    parent = int(os.environ.get(SUPERVISOR_ENV) or os.getppid())
+    try:
+        pidfd = os.pidfd_open(parent)
+    except OSError:   # already gone
+        kill_own_group()
+    if os.getppid() != parent:   # the pidfd may be of another process that took the pid
+        kill_own_group()
 
     def watch():
-        while True:
-            time.sleep(interval)
-            if os.getppid() != parent:
-                kill_own_group()
+        select.select([pidfd], [], [])   # readable once the supervisor has exited
+        kill_own_group()
 
     threading.Thread(target=watch, name="vrr-orphan-watchdog", daemon=True).start()
+
+
+def _death_signal(sig: int) -> None:
+    """``prctl(PR_SET_PDEATHSIG, sig)``: the kernel sends ``sig`` to this process when the thread that started
+    it exits."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(1, int(sig), 0, 0, 0) != 0:   # 1: PR_SET_PDEATHSIG
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
+def _death_signal_preexec(sig: int, parent: int):
+    """A ``preexec_fn`` for a child of ``parent``: :func:`_death_signal` before exec, then the check that the
+    parent is still alive (it may have died before the prctl took effect; then the child ends at once)."""
+    import ctypes
+    import signal
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl   # loaded before the fork
+
+    def preexec():
+        prctl(1, int(sig), 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+MAKE_PID_ENV = "VRR_MAKE_PID"   # the Makefile exports make's own pid: its commands can tell it has died
 
 
 def die_with_parent(sig: int) -> None:
     """Ask the kernel to send ``sig`` to this process when its parent dies (Linux ``PR_SET_PDEATHSIG``),
     so that ``make`` killed by any signal, SIGKILL included, takes its notebooks with it. If the parent
-    is already gone when this runs, ``sig`` is raised at once."""
-    import ctypes
+    is already gone when this runs, ``sig`` is raised at once: either it changed during the call, or
+    the ``make`` named in ``VRR_MAKE_PID`` has exited and is no longer our parent (it died before this
+    process got here)."""
     import signal
 
     parent = os.getppid()
-    pr_set_pdeathsig = 1
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(pr_set_pdeathsig, int(sig), 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-    if os.getppid() != parent:  # the parent died before prctl took effect
+    _death_signal(sig)
+    make = os.environ.get(MAKE_PID_ENV, "")
+    make_gone = make.isdigit() and int(make) != parent and not Path(f"/proc/{make}").exists()
+    if os.getppid() != parent or make_gone:  # the parent died before prctl took effect
         signal.raise_signal(sig)
 
 
@@ -291,6 +339,46 @@ def parse_notebook_runs(tokens: Sequence[str]) -> list[NotebookRun]:
 RESET_KERNEL = "get_ipython().reset(new_session=True)"
 
 
+RUNNING_PREFIX = ".vrr-running-"   # a runner's folder of temporary notebooks, beside its outputs
+KERNEL_PREFIX = "vrr-kernel-"       # a runner's folder of kernel sockets, in the temporary folder
+
+
+def _owner() -> str:
+    """``<pid>-t<start>`` of this process: the pid and its start time (a reused pid is another owner)."""
+    return f"{os.getpid()}-t{_start_ticks(os.getpid())}"
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def remove_stale_runner_folders(folders: Sequence[Path]) -> list[Path]:
+    """Remove the temporary folders (:data:`RUNNING_PREFIX` in ``folders``, :data:`KERNEL_PREFIX` in the
+    temporary folder) of notebook runners that are gone (SIGKILL gives a runner no chance to remove its
+    own), saying so on stderr; returns what was removed."""
+    import shutil
+    import tempfile
+
+    places = [(Path(f), RUNNING_PREFIX) for f in folders] + [(Path(tempfile.gettempdir()), KERNEL_PREFIX)]
+    removed = []
+    for folder, prefix in places:
+        try:
+            names = [n for n in os.listdir(folder) if n.startswith(prefix)]
+        except OSError:
+            continue
+        for name in names:
+            m = re.match(r"(\d+)-t(\d+)(-|$)", name[len(prefix):])
+            if m and _start_ticks(int(m[1])) != int(m[2]):
+                shutil.rmtree(folder / name, ignore_errors=True)
+                removed.append(folder / name)
+                print(f"vrr notebook: removed {folder / name}, left by runner process {m[1]}, which was killed",
+                      file=sys.stderr, flush=True)
+    return removed
+
+
 def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = None) -> int:
     """Execute notebooks in order with papermill, in one kernel; each output appears under its name only
     when that notebook succeeded.
@@ -298,11 +386,16 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
     The kernel is started once and its namespace is reset between notebooks (:data:`RESET_KERNEL`): a
     notebook sees none of the previous one's variables, but the libraries imported before stay loaded,
     which halves the CPU time of a setting's five notebooks (``docs/profile.md``). Each notebook runs into
-    ``<output>.tmp.ipynb``; success renames it to ``output``; a failure keeps it as
-    ``<output stem>.failed.ipynb``, prints the log and runs nothing after it. SIGTERM, SIGINT and SIGHUP
-    stop the kernel, and the death of the parent (``make``, by any signal) sends SIGTERM
-    (:func:`die_with_parent`), so killing ``make`` stops the whole run and leaves no output that looks
-    complete. Returns the exit status (0 on success, 1 on a failed notebook, 130 on a signal).
+    ``<output>.tmp.ipynb`` inside this runner's own folder beside it (``.vrr-running-<pid>-t<start>``);
+    success renames it to ``output``; a failure keeps it as ``<output stem>.failed.ipynb``, prints the log
+    and runs nothing after it. SIGTERM, SIGINT and SIGHUP stop the kernel, and the death of the parent
+    (``make``, by any signal) sends SIGTERM (:func:`die_with_parent`), so killing ``make`` stops the whole
+    run and leaves no output that looks complete. The signal removes the runner's folder first: papermill
+    never creates a folder, so whatever it is still writing, however slowly the kernel dies, no temporary
+    notebook appears afterwards. The kernel has ``PR_SET_PDEATHSIG`` (SIGKILL) set: a runner killed by
+    SIGKILL takes its kernel with it, and the next runner removes the folders it left
+    (:func:`remove_stale_runner_folders`). Returns the exit status (0 on success, 1 on a failed notebook,
+    130 on a signal).
 
     When the environment variable ``VRR_NOTEBOOK_STARTED_LOG`` names a file, the output path of each notebook
     is appended to it, one line, as its kernel starts executing it: tests wait on that line to act while a
@@ -313,30 +406,44 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
     import tempfile
     import threading
 
-    papermill = _import_papermill()
-    from jupyter_client.manager import KernelManager
+    owner = _owner()
+    scratch = {Path(run.output.parent) / f"{RUNNING_PREFIX}{owner}" for run in runs}
+
+    def remove_scratch():
+        for folder in scratch:
+            shutil.rmtree(folder, ignore_errors=True)
 
     def stop(signum, _frame):
+        remove_scratch()
         raise KeyboardInterrupt(f"signal {signum}")
 
     for s in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, stop)
     die_with_parent(signal.SIGTERM)
+    papermill = _import_papermill()
+    from jupyter_client.manager import KernelManager
+
     # One BLAS thread per kernel: make runs several settings at once, and extra OpenBLAS threads only spin.
     # The printed numbers make no BLAS call (vrr.common.fpmath), so they do not depend on it.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     for run in runs:
         run.output.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_runner_folders(sorted({run.output.parent for run in runs}))
+    for folder in scratch:   # made here only: once a signal removed them, nothing makes them again
+        folder.mkdir(exist_ok=True)
     first, last = runs[0].output, runs[-1].output
     # The kernel and papermill write to our stderr; keep it in a log that is shown only on failure.
     log = first.with_name(first.name + ".log") if len(runs) == 1 else \
         first.with_name(f"{first.stem}..{last.stem}.log")
     # IPC transport (Unix sockets in a private directory of this run) rather than TCP: concurrent settings
     # never race for a loopback port, and no other user of the machine can reach the kernel.
-    socket_dir = tempfile.mkdtemp(prefix="vrr-kernel-")
+    socket_dir = tempfile.mkdtemp(prefix=f"{KERNEL_PREFIX}{owner}-")
     km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(socket_dir, "kernel"))
     state: dict[str, Any] = {"current": None, "error": None}
     started_log = os.environ.get("VRR_NOTEBOOK_STARTED_LOG")
+
+    def temporary(run: NotebookRun) -> Path:
+        return run.output.parent / f"{RUNNING_PREFIX}{owner}" / (run.output.name + ".tmp.ipynb")
 
     def execute_all():
         # Runs in a worker thread: nbclient's own SIGTERM handler (installed only from the main thread)
@@ -350,7 +457,7 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
                 if started_log:
                     with open(started_log, "a") as fh:
                         fh.write(f"{run.output}\n")
-                tmp = run.output.with_name(run.output.name + ".tmp.ipynb")
+                tmp = temporary(run)
                 papermill.execute_notebook(str(run.notebook), str(tmp), parameters=run.parameters,
                                            cwd=str(cwd or REPO_ROOT), progress_bar=False, log_output=False, km=km)
                 os.replace(tmp, run.output)
@@ -364,7 +471,7 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
     with open(log, "w") as log_fh:
         os.dup2(log_fh.fileno(), 2)
         try:
-            km.start_kernel(cwd=str(cwd or REPO_ROOT))
+            km.start_kernel(cwd=str(cwd or REPO_ROOT), preexec_fn=_death_signal_preexec(signal.SIGKILL, os.getpid()))
             worker = threading.Thread(target=execute_all, name="vrr-notebooks", daemon=True)
             worker.start()
             while worker.is_alive():
@@ -375,6 +482,8 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
         except KeyboardInterrupt:
             status = 130
         finally:
+            if status == 130:
+                remove_scratch()   # before the kernel is stopped: no late write of papermill lands anywhere
             if km.has_kernel:
                 km.shutdown_kernel(now=status != 0)
             if worker is not None:
@@ -385,9 +494,8 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
             os.close(saved_stderr)
     current = state["current"]
     if current is not None:
-        tmp = current.output.with_name(current.output.name + ".tmp.ipynb")
+        tmp = temporary(current)
         if status == 130:
-            tmp.unlink(missing_ok=True)
             print(f"INTERRUPTED: {current.output} (nothing written; log {log})", file=sys.stderr, flush=True)
         else:
             failed = current.output.with_name(current.output.stem + ".failed.ipynb")
@@ -397,6 +505,7 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
             print(f"FAILED: {current.output} (see {failed} and {log})", file=sys.stderr, flush=True)
     elif status == 0:
         log.unlink(missing_ok=True)
+    remove_scratch()
     return status
 
 

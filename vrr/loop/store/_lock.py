@@ -11,6 +11,7 @@ import json
 import os
 import re
 import socket
+import sys
 import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -41,6 +42,7 @@ def run_lock(lock_path: Path) -> Iterator[dict]:
     busy = ("another generator is writing {dir}. Wait for it to finish or stop it; two generators on one run "
             "would both run the whole window.")
     with _flock(lock_path, fcntl.LOCK_EX, busy) as fd:
+        _note_stale_holder(lock_path, fd)
         holder = {"pid": os.getpid(), "host": socket.gethostname(),
                   "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         os.ftruncate(fd, 0)
@@ -50,6 +52,18 @@ def run_lock(lock_path: Path) -> Iterator[dict]:
             yield holder
         finally:
             os.ftruncate(fd, 0)  # the file is left in place: unlinking a flock file races with a new holder
+
+
+def _note_stale_holder(lock_path: Path, fd: int) -> str:
+    """Say so (stderr) when the lock we now hold still names a holder: that process stopped without releasing
+    it (a SIGKILL gives it no chance; the kernel freed its ``flock``). Its record is replaced by ours. Returns
+    the line said ("" when the file was empty)."""
+    if not os.pread(fd, 1, 0):
+        return ""
+    line = (f"{lock_path}: the previous holder, {_lock_holder(fd)}, stopped without releasing the run's lock "
+            "(killed); the kernel released it, and this session takes it")
+    print(line, file=sys.stderr, flush=True)
+    return line
 
 
 @contextmanager
