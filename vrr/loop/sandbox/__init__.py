@@ -8,7 +8,9 @@ Debian package ``bubblewrap``, installed by ``make env``). What a program sees a
   interpreter's own prefix (its standard library), and the allowed third-party packages
   (:data:`ALLOWED_PACKAGES`) under ``/opt/vrr-site``; its program at ``/sandbox/main.py``, read-only.
   ``/tmp`` and ``/dev/shm`` are private tmpfs mounts of at most :data:`TMPFS_BYTES` each that vanish
-  with the sandbox. None of the repository, ``../shared``, the home folder, ``/etc`` or the host's
+  with the sandbox. Every writable mount has a size of its own: the root ``/`` and ``/sandbox`` are tmpfs
+  mounts of :data:`ROOT_TMPFS_BYTES` and :data:`PROGRAM_TMPFS_BYTES` holding only mount points, and
+  they and ``/dev`` are read-only once everything is mounted. None of the repository, ``../shared``, the home folder, ``/etc`` or the host's
   ``/proc`` is visible (``/proc`` is the sandbox's own);
 * **namespaces**: new user, PID, network, IPC, UTS and cgroup namespaces (``--unshare-all``); the
   program runs as uid/gid 65534 with no capabilities, in a new session, and cannot create further
@@ -27,6 +29,11 @@ Debian package ``bubblewrap``, installed by ``make env``). What a program sees a
   caller's variables; it reads its options from a file, so its command line shows only the interpreter's
   path and the program's. stdin is ``/dev/null``;
   interpreter flags ``-s -S -B`` (no site-packages but the allowed ones, no bytecode files);
+* **interrupts**: a run's cgroup and host-side folder are named after the process that made them (pid and
+  start time) and removed when the run ends, however it ends in Python. A process killed with no chance
+  to clean up (SIGKILL) has a guard, started with its first run in a session of its own, that waits on a
+  pidfd of it and then kills and removes what it left; the next process's first run removes what dead
+  owners left and says so on stderr (``_reaper``);
 * **output**: stdout and stderr go to files outside the sandbox (capped by ``RLIMIT_FSIZE``); only the
   last ``OUTPUT_CAP`` bytes of each are read back.
 
@@ -51,7 +58,8 @@ The package is the one place that starts bubblewrap (a program in it: ``_bwrap``
 everything that executes model-written code goes through this face:
 
 * running programs: :func:`run_python`, :func:`run_many` (``_bwrap``), their limits and
-  :class:`SandboxResult` (``_limits``), the machine's sandbox and its record (``_machine``, ``_cgroup``);
+  :class:`SandboxResult` (``_limits``), the machine's sandbox and its record (``_machine``, ``_cgroup``),
+  what a killed process left behind (``_reaper``);
 * unit tests the code cannot touch: :func:`run_tests` under an :class:`ExecutionRule`
   (:data:`LABEL_RULE`, :data:`VOTE_RULE`), a recording and a replay program (``_testcheck``) whose
   values cross as data (``_codec``);
@@ -61,11 +69,11 @@ everything that executes model-written code goes through this face:
 from __future__ import annotations
 
 from ._bwrap import error_line, run_many, run_python
-from ._cgroup import cgroup_support, live_sandbox_processes
+from ._cgroup import cgroup_parents, cgroup_support, live_sandbox_processes
 from ._checker import KILL_SECONDS, CheckerProcess
 from ._limits import (ALLOWED_PACKAGES, CGROUP_PREFIX, DEFAULT_TIMEOUT, FILE_SIZE_LIMIT, LAUNCH_ENV, MEMORY_LIMIT,
-                      OPEN_FILES_LIMIT, OUTPUT_CAP, PROGRAM_PATH, SANDBOX_UID, SITE_DIR, TASK_LIMIT, TMPFS_BYTES,
-                      WEAK_ENV, WEAK_PROCESS_SLOTS, SandboxError, SandboxResult)
+                      OPEN_FILES_LIMIT, OUTPUT_CAP, PROGRAM_PATH, PROGRAM_TMPFS_BYTES, ROOT_TMPFS_BYTES, SANDBOX_UID,
+                      SITE_DIR, TASK_LIMIT, TMPFS_BYTES, WEAK_ENV, WEAK_PROCESS_SLOTS, SandboxError, SandboxResult)
 from ._machine import bwrap_path, interpreter, isolation_environment, isolation_rule
 from ._redact import MARKER as REDACTION_MARKER
 from ._redact import contains_problem_text, redact_problem_text, redact_record
@@ -75,11 +83,11 @@ __all__ = [
     # running programs
     "run_python", "run_many", "SandboxResult", "SandboxError", "error_line",
     # limits
-    "DEFAULT_TIMEOUT", "MEMORY_LIMIT", "TASK_LIMIT", "TMPFS_BYTES", "FILE_SIZE_LIMIT", "OPEN_FILES_LIMIT",
+    "DEFAULT_TIMEOUT", "MEMORY_LIMIT", "TASK_LIMIT", "TMPFS_BYTES", "ROOT_TMPFS_BYTES", "PROGRAM_TMPFS_BYTES", "FILE_SIZE_LIMIT", "OPEN_FILES_LIMIT",
     "OUTPUT_CAP", "WEAK_PROCESS_SLOTS", "SANDBOX_UID", "ALLOWED_PACKAGES", "PROGRAM_PATH", "SITE_DIR",
     "CGROUP_PREFIX", "WEAK_ENV", "LAUNCH_ENV",
     # the machine's sandbox and its record
-    "bwrap_path", "interpreter", "cgroup_support", "live_sandbox_processes", "isolation_rule",
+    "bwrap_path", "interpreter", "cgroup_support", "cgroup_parents", "live_sandbox_processes", "isolation_rule",
     "isolation_environment",
     # unit tests the code cannot touch
     "ExecutionRule", "LABEL_RULE", "VOTE_RULE", "TestOutcome", "run_tests", "code_names", "redact_test",
