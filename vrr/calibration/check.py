@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ._memo import memoized
 from .mixture import best_rates, binomial_em_chains, labeled_mle, vote_histograms
 
 CHECK_LEVEL = 0.05
@@ -117,9 +118,15 @@ def calibration_check(S_unlabeled, M: int, probe_S, probe_y, probe_M: int, level
         raise ValueError(f"calibration_check: level must be in (0, 1), got {level}")
     if n_boot < 10:
         raise ValueError(f"calibration_check: needs at least 10 bootstrap replicates, got {n_boot}")
-    S_u = np.asarray(S_unlabeled, dtype=np.int64).ravel()
-    S_p = np.asarray(probe_S, dtype=np.int64).ravel()
-    y_p = np.asarray(probe_y).ravel().astype(bool)
+    return _check(np.asarray(S_unlabeled, dtype=np.int64).ravel(), int(M), np.asarray(probe_S, dtype=np.int64).ravel(),
+                  np.asarray(probe_y).ravel().astype(bool), int(probe_M), float(level), int(n_boot), int(seed),
+                  int(em_restarts), float(em_tol), int(em_max_iter))
+
+
+@memoized
+def _check(S_u, M: int, S_p, y_p, probe_M: int, level: float, n_boot: int, seed: int, em_restarts: int,
+           em_tol: float, em_max_iter: int) -> CalibrationCheck:
+    """:func:`calibration_check` on normalized inputs, computed once per distinct input (``vrr.calibration._memo``)."""
     lab = labeled_mle(S_p, y_p, probe_M)
     if not (np.isfinite(lab.rho0) and np.isfinite(lab.rho1)) or min(y_p.sum(), (~y_p).sum()) < 2:
         return CalibrationCheck(float("nan"), float("nan"), float(lab.rho0), float(lab.rho1), float("nan"),

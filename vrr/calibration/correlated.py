@@ -207,12 +207,14 @@ def mixture_nll(z, h_u, M: int, h_v=None, h_i=None, M_l: int | None = None, cap:
     """Minus the semi-supervised beta-binomial log-likelihood (module docstring) without binomial coefficients,
     per row of z [C, 5] = logits of (w, mu1, phi1 / cap, mu0, phi0 / cap); ``h_v``/``h_i`` None: label-free."""
     w, mu1, phi1, mu0, phi0 = _unpack(z, cap)
-    t1, t0 = exchangeable_vote_log_pmf(M, mu1, phi1), exchangeable_vote_log_pmf(M, mu0, phi0)
+    # both classes' tables in one call (element-wise, so each is the table built alone)
+    mean, phi = np.stack([mu1, mu0]), np.stack([phi1, phi0])
+    t1, t0 = exchangeable_vote_log_pmf(M, mean, phi)
     mix = np.logaddexp(fpmath.log(w)[:, None] + t1, fpmath.log1p(-w)[:, None] + t0)
     ll = _dot(h_u, mix)
     if h_v is not None:
-        ll = (ll + _dot(h_v, exchangeable_vote_log_pmf(M_l, mu1, phi1))
-              + _dot(h_i, exchangeable_vote_log_pmf(M_l, mu0, phi0)))
+        l1, l0 = exchangeable_vote_log_pmf(M_l, mean, phi)
+        ll = ll + _dot(h_v, l1) + _dot(h_i, l0)
     return -ll
 
 

@@ -30,6 +30,7 @@ from scipy import special
 from ..core.model import NoiseParams
 from ..settings import BINOMIAL_ONLY_METHODS, CALIBRATION_METHODS as VOTE_METHODS
 from ..settings import PROBE_CALIBRATION_METHODS as PROBE_METHODS  # the methods that read the labeled probe
+from ._memo import memoized
 from .check import calibration_check
 from .mixture import (MIN_VOTES, VoteNoiseFit, _binom_logpmf_table, _em_restarts, _em_starts,  # noqa: F401
                       _hist_loglik, _histogram, _hists_loglik, _require_votes, _responsibilities, best_rates,
@@ -427,8 +428,15 @@ def crossfit(S, y, M: int, method: str = "binomial_em", n_folds: int = 5, seed: 
     With ``vote_rounds="probe"`` the vote-noise fit uses the disjoint probe window, which never
     contains evaluation instances.
     """
-    S = np.asarray(S)
-    y = np.asarray(y)
+    return _crossfit(np.asarray(S), np.asarray(y), M, method, n_folds, seed, vote_rounds, n_calib,
+                     None if probe_S is None else np.asarray(probe_S), None if probe_y is None else np.asarray(probe_y),
+                     probe_M, max_pairs, options, likelihood)
+
+
+@memoized
+def _crossfit(S, y, M, method, n_folds, seed, vote_rounds, n_calib, probe_S, probe_y, probe_M, max_pairs, options,
+              likelihood) -> CrossFit:
+    """:func:`crossfit`, computed once per distinct input (``vrr.calibration._memo``)."""
     folds = crossfit_folds(S.shape[0], n_folds, seed)
     rng = np.random.default_rng(seed + 1)
     fits = []

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..core.belief import filter_beliefs, gain
 from ..settings import reads_probe
+from ._memo import memoized
 from .estimators import (EstimatorOptions, VoteNoiseFit, best_rates, binomial_em_chains,
                          calibrate, labeled_mle, vote_histograms)
 
@@ -54,7 +55,15 @@ def parameter_draws(S, y, M: int, n_boot: int = RADIUS_REPLICATES, seed: int = 0
     point fit's check chose (``point``: that fit; refit when not given): the draws measure the estimation error
     of the estimator that was deployed, not the check's. ``likelihood="beta_binomial"``: the exchangeable-vote
     estimators (``vrr.calibration.correlated``), refit from the point fit, and phi0, phi1 are drawn too."""
-    S, y = np.asarray(S), np.asarray(y)
+    arr = lambda a: None if a is None else np.asarray(a)  # noqa: E731
+    return _parameter_draws(np.asarray(S), np.asarray(y), M, n_boot, seed, method, vote_rounds, max_pairs, options,
+                            arr(probe_S), arr(probe_y), probe_M, point, likelihood)
+
+
+@memoized
+def _parameter_draws(S, y, M, n_boot, seed, method, vote_rounds, max_pairs, options, probe_S, probe_y, probe_M,
+                     point, likelihood) -> dict[str, np.ndarray]:
+    """:func:`parameter_draws`, computed once per distinct input (``vrr.calibration._memo``)."""
     uses_probe = reads_probe(method, vote_rounds)
     if uses_probe and (probe_S is None or probe_M is None):
         raise ValueError(f"parameter_draws: method {method!r} / vote_rounds {vote_rounds!r} needs the probe")
@@ -93,12 +102,16 @@ def parameter_draws(S, y, M: int, n_boot: int = RADIUS_REPLICATES, seed: int = 0
                                      tol=options.em_tol, max_iter=options.em_max_iter)
         votes = [VoteNoiseFit(float(a), float(b), float(c), method="semisupervised_em")
                  for a, b, c in zip(fit["rho0"], fit["rho1"], fit["weight_valid"])]
-    elif fit_as == "labeled_probe":
-        votes = [labeled_mle(np.asarray(probe_S)[p], np.asarray(probe_y)[p], probe_M) for p in probe_reps]
+    elif fit_as == "labeled_probe" or (fit_as == "labeled_mle" and vote_rounds == "probe" and probe_y is not None):
+        votes = [labeled_mle(np.asarray(probe_S)[p], np.asarray(probe_y)[p], int(probe_M)) for p in probe_reps]
     names = PARAM_NAMES + (CORRELATION_NAMES if likelihood != "binomial" else ())
     draws = {name: np.empty(n_boot) for name in names}
     for b, idx in enumerate(reps):
         p = probe_reps[b]
+        if votes[b] is not None:     # the vote-noise fit is all a draw takes from calibrate (alpha, beta, pi: below)
+            for name, value in _vote_parameters(votes[b], likelihood).items():
+                draws[name][b] = value
+            continue
         probe = {}
         if uses_probe:
             probe = dict(probe_S=np.asarray(probe_S)[p], probe_M=probe_M,
@@ -110,6 +123,26 @@ def parameter_draws(S, y, M: int, n_boot: int = RADIUS_REPLICATES, seed: int = 0
         point = calibrate(S, y, M, seed=seed, probe_S=probe_S, probe_y=probe_y, probe_M=probe_M, **kwargs)
     draws.update(jeffreys_draws(point, n_boot, seed))
     return draws
+
+
+def _vote_parameters(votes: VoteNoiseFit, likelihood: str) -> dict[str, float]:
+    """rho0, rho1 (and phi0, phi1 under the exchangeable-vote likelihood) as :func:`calibrate` takes them from a
+    vote-noise fit, by the same rules: an undefined rate (NaN) is 1/2, an undefined correlation 0, each clipped to
+    its range."""
+    from .correlated import PHI_MAX
+
+    out = {}
+    for name in ("rho0", "rho1"):
+        value = getattr(votes, name)
+        out[name] = float(np.clip(0.5 if np.isnan(value) else value, 0.0, 1.0))
+    if likelihood == "beta_binomial":
+        for name in CORRELATION_NAMES:
+            value = getattr(votes, name)
+            if value is None:
+                raise ValueError(f"calibrate: likelihood 'beta_binomial' needs a vote fit with {name} "
+                                 f"(got a {votes.method!r} fit without it)")
+            out[name] = float(np.clip(0.0 if np.isnan(value) else value, 0.0, PHI_MAX))
+    return out
 
 
 def _correlated_votes(fit_as: str, point_votes, S, y, M: int, reps, probe_reps, vote_rounds: str, probe_S, probe_y,

@@ -8,6 +8,7 @@ it. The estimators, the calibration check and the semi-supervised EM all build o
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,25 +81,58 @@ def _hist_loglik(hist: np.ndarray, M: int, weight_valid: float, rho1: float, rho
     return float(np.sum(hist[mask] * ll[mask]))
 
 
+@functools.lru_cache(maxsize=64)
+def _count_terms(M: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(s, log C(M, s), M - s) for s = 0..M, read-only: the constants of every EM step on M votes."""
+    s = np.arange(M + 1, dtype=float)
+    log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
+    out = (s, log_comb, M - s)
+    for a in out:
+        a.setflags(write=False)
+    return out
+
+
 def em_step(h, total, M: int, w, p1, p0):
     """One EM iteration of the binomial mixture (Sec. 4.2; App. A): E-step responsibilities of the valid
     component per count value, M-step responsibility-weighted frequencies. ``h`` holds the histograms
     [..., M+1] (broadcast against the chains), ``total`` their sizes, ``w, p1, p0`` the chains' current
-    values. Returns (log-likelihood at the current values, w, p1, p0 after the step)."""
-    s = np.arange(M + 1, dtype=float)
-    log_comb = special.gammaln(M + 1) - special.gammaln(s + 1) - special.gammaln(M - s + 1)
+    values. Returns (log-likelihood at the current values, w, p1, p0 after the step).
+
+    Each quantity is the same sequence of floating-point operations as its formula, with every [..., M+1]
+    intermediate written into one of two buffers instead of a fresh array (the step runs millions of times in a
+    bootstrap; the bits do not depend on where a value is stored)."""
+    s, log_comb, m_s = _count_terms(M)
     eps = 1e-12
-    lv = fpmath.log(w)[..., None] + log_comb + s * fpmath.log(p1)[..., None] + (M - s) * fpmath.log1p(-p1)[..., None]
-    li = fpmath.log1p(-w)[..., None] + log_comb + s * fpmath.log(p0)[..., None] + (M - s) * fpmath.log1p(-p0)[..., None]
+    col = lambda a: np.asarray(a)[..., None]  # noqa: E731
+    # lv = log w + log C + s log p1 + (M - s) log(1 - p1), summed left to right as the formula reads
+    lv = col(fpmath.log(w)) + log_comb
+    tmp = np.multiply(s, col(fpmath.log(p1)))
+    lv += tmp
+    np.multiply(m_s, col(fpmath.log1p(-p1)), out=tmp)
+    lv += tmp
+    li = col(fpmath.log1p(-w)) + log_comb
+    np.multiply(s, col(fpmath.log(p0)), out=tmp)
+    li += tmp
+    np.multiply(m_s, col(fpmath.log1p(-p0)), out=tmp)
+    li += tmp
     norm = np.logaddexp(lv, li)
-    resp = fpmath.exp(lv - norm)
-    ll = (norm * h).sum(axis=-1)
-    nv = (resp * h).sum(axis=-1)
+    lv -= norm
+    resp = fpmath.exp(lv, out=lv)
+    np.multiply(norm, h, out=norm)
+    ll = norm.sum(axis=-1)
+    np.multiply(resp, h, out=tmp)
+    nv = tmp.sum(axis=-1)
+    np.multiply(resp, s, out=tmp)
+    tmp *= h
+    accepts_valid = tmp.sum(axis=-1)
+    np.subtract(1, resp, out=resp)
+    resp *= s
+    resp *= h
+    accepts_invalid = resp.sum(axis=-1)
     ni = total - nv
     w_new = np.clip(nv / total, eps, 1 - eps)
-    p1_new = np.clip(np.where(nv > eps, (resp * s * h).sum(axis=-1) / (M * np.maximum(nv, eps)), p1), eps, 1 - eps)
-    p0_new = np.clip(np.where(ni > eps, ((1 - resp) * s * h).sum(axis=-1) / (M * np.maximum(ni, eps)), p0),
-                     eps, 1 - eps)
+    p1_new = np.clip(np.where(nv > eps, accepts_valid / (M * np.maximum(nv, eps)), p1), eps, 1 - eps)
+    p0_new = np.clip(np.where(ni > eps, accepts_invalid / (M * np.maximum(ni, eps)), p0), eps, 1 - eps)
     return ll, w_new, p1_new, p0_new
 
 

@@ -18,9 +18,9 @@ import numpy as np
 from scipy import special
 
 
-def log(x) -> np.ndarray:
+def log(x, out=None) -> np.ndarray:
     """Natural logarithm: ``1 * log(x)`` as scipy's ``xlogy`` evaluates it (the C library's ``log``)."""
-    return special.xlogy(1.0, x)
+    return special.xlogy(1.0, x, out=out)
 
 
 def log1p(x) -> np.ndarray:
@@ -28,6 +28,6 @@ def log1p(x) -> np.ndarray:
     return special.log1p(x)
 
 
-def exp(x) -> np.ndarray:
+def exp(x, out=None) -> np.ndarray:
     """Exponential: the inverse Box-Cox transform at lambda = 0, which scipy evaluates as the C library's ``exp``."""
-    return special.inv_boxcox(x, 0.0)
+    return special.inv_boxcox(x, 0.0, out=out)

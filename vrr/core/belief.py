@@ -56,15 +56,24 @@ def exchangeable_vote_log_pmf(M: int, accept_mean, phi) -> np.ndarray:
     mu = np.asarray(accept_mean, dtype=float)[..., None]
     phi = np.asarray(phi, dtype=float)[..., None]
     theta = phi / (1.0 - phi)
-    i = np.arange(M, dtype=float)
+    i_theta = np.arange(M, dtype=float) * theta
+    shape = i_theta.shape[:-1]
+    # running[0]: the accept products, running[1]: the reject products, each led by the empty product 0 (s = 0)
+    running = np.empty((2,) + shape + (M + 1,))
+    running[..., 0] = 0.0
+    np.add(mu, i_theta, out=running[0, ..., 1:])
+    np.add(1.0 - mu, i_theta, out=running[1, ..., 1:])
     with np.errstate(divide="ignore"):
-        accept_terms = fpmath.log(mu + i * theta)
-        reject_terms = fpmath.log((1.0 - mu) + i * theta)
-    none = np.zeros(accept_terms.shape[:-1] + (1,))      # the empty product, s = 0
-    accept = np.concatenate([none, np.cumsum(accept_terms, axis=-1)], axis=-1)
-    reject = np.concatenate([none, np.cumsum(reject_terms, axis=-1)], axis=-1)
-    norm = np.cumsum(fpmath.log1p(i * theta), axis=-1)[..., -1:] if M else none
-    return accept + reject[..., ::-1] - norm
+        fpmath.log(running[..., 1:], out=running[..., 1:])
+    np.cumsum(running, axis=-1, out=running)              # 0 + x is x: the same sums as without the lead
+    if M:
+        norm = np.cumsum(fpmath.log1p(i_theta), axis=-1)[..., -1:]
+    else:
+        norm = np.zeros(shape + (1,))
+    out = running[0]
+    out += running[1, ..., ::-1]
+    out -= norm
+    return out
 
 
 def exchangeable_vote_log_likelihood(S, M: int, accept_mean, phi):

@@ -213,7 +213,10 @@ def algorithm1_inputs(setting: Setting, cf: CrossFit, config: ReplayConfig) -> d
     S, M = setting.S, setting.M
     draws = instance_draws(cf.folds, [fold_parameter_draws(setting, cf, f, config) for f in range(len(cf.fits))])
     g_hat, radius_low, radius = bootstrap_radius(S, M, cf.as_kwargs(), draws, config.eta)
-    diags = [j_diagnostic(setting, cf.folds, f, config) for f in range(config.n_folds)]
+    if setting.probe_S is not None and setting.probe_y is not None:   # J-hat on the probe: the same for every fold
+        diags = [j_diagnostic(setting, cf.folds, 0, config)] * config.n_folds
+    else:
+        diags = [j_diagnostic(setting, cf.folds, f, config) for f in range(config.n_folds)]
     checks = [fold_check(setting, cf, f, config) for f in range(config.n_folds)]
     modes = [algorithm1_mode(j, config.j_min, c) for j, c in zip(diags, checks)]
     stop_mode = np.array([m == "stop" for m, _ in modes])[cf.folds]
