@@ -48,13 +48,14 @@ class StubServer:
     """
 
     def __init__(self, task=None, models=(MODEL,), always=None, script=(), api_key=None, delay=0.0,
-                 context_words=None, hold=0, usage=True, error_message=None):
+                 context_words=None, hold=0, usage=True, error_message=None, suffix=""):
         self.engine = FakeEngine(task) if task is not None else None
         self.models = None if models is None else list(models)
         self.always, self.script, self.api_key = always, list(script), api_key
         self.delay, self.seen, self.lock = delay, [], threading.Lock()
         self.context_words = context_words  # a prompt of more words is refused as vLLM refuses it
         self.usage, self.error_message = usage, error_message
+        self.suffix = suffix  # appended to every reply (model text is arbitrary: a lone surrogate, say)
         self.in_flight = self.max_in_flight = 0
         self.hold, self.arrivals, self.arrived = hold, 0, threading.Condition(self.lock)
         stub = self
@@ -135,6 +136,7 @@ class StubServer:
                     texts = [f"reply {m}" for m in range(n)]
                 if stub.always == "ignore_n":
                     texts = texts[:1]
+                texts = [t + stub.suffix for t in texts]
                 prompt = sum(len(m["content"].split()) for m in body["messages"])
                 completion = sum(len(t.split()) for t in texts)
                 reply = {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
@@ -275,6 +277,42 @@ def test_the_cli_runs_a_window_against_a_server_and_never_writes_the_api_key(tmp
     proc = subprocess.run(cmd[:-5] + ["--run-name", "nokey", "--out-root", str(tmp_path), "--no-progress"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and "VRR_TEST_API_KEY" in proc.stderr and "which is not set" in proc.stderr
+
+
+@pytest.mark.parametrize("suffix", ["\ud800", " \udfff\ud800 ", "\x00\u2028\U0001f600"])
+def test_a_reply_with_any_unicode_is_stored_and_read_back(tmp_path, stub_factory, suffix):
+    """Model text is arbitrary: a reply holding a lone surrogate (valid JSON, but no UTF-8 text: the next request
+    and the sandbox could not take it) has it replaced by U+FFFD and counted; any other text is stored as sent and
+    reads back as it was; the command completes."""
+    from vrr.loop.store import RunPaths, read_jsonl_gz, read_part
+
+    stub = stub_factory(task=get_task("gsm8k"), suffix=suffix)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-m", "vrr", "generate", "gsm8k_cpu_favorable", "--backend", "openai",
+           "--set", f"engine.base_url={stub.url}", "--model", MODEL, "--verifier", MODEL, "--n", "2",
+           "--probe-n", "2", "--set", "K_max=1", "--set", "M=2", "--run-name", "odd", "--out-root", str(tmp_path),
+           "--no-progress"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    paths = RunPaths(tmp_path, "odd")
+    stored = re.sub("[\ud800-\udfff]", "\ufffd", suffix)
+    for records in (read_part(paths.traj_part, repair=False), read_jsonl_gz(paths.traj)):
+        assert len(records) == 2
+        assert all(rd["plan"].endswith(stored) and all(j.endswith(stored) for j in rd["judge"])
+                   for r in records for rd in r["rounds"])
+    assert ("replies_with_lone_surrogates" in proc.stderr) == (stored != suffix)
+
+
+def test_replies_with_lone_surrogates_are_counted(stub_factory):
+    from vrr.loop.engine.openai_backend import InvalidTextWarning
+
+    engine = engine_for(stub_factory(suffix="\ud800x"))
+    with pytest.warns(InvalidTextWarning, match="replies_with_lone_surrogates"):
+        outs = engine.chat([CONV, CONV], temperature=0.7, max_tokens=8, n=3)
+    assert outs == [[f"reply {m}\ufffdx" for m in range(3)]] * 2
+    assert engine.last_info["replies_with_lone_surrogates"] == 6 == engine.stats["replies_with_lone_surrogates"]
+    assert engine.usage_notes()["replies_with_lone_surrogates"] == 6
 
 
 # ---- protocol edges -------------------------------------------------------------------------------------

