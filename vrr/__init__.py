@@ -60,7 +60,7 @@ _export("vrr.policies.rules", "PolicyOutcome", "no_repair", "fixed_k", "majority
         "algorithm1", "stop_commits", "algorithm1_step")
 _export("vrr.policies.replay", "ReplayConfig", "ReplayResult", "replay", "fit_calibration", "save_replay", "load_replay",
         "load_calibration", "TPM", "algorithm1_inputs", "controller_parameters")
-_export("vrr.policies.online", "OnlineController", "Decision", "ControllerStateError")
+_export("vrr.policies.online", "OnlineController", "Decision", "ControllerStateError", "UnknownOptionError")
 _export("vrr.policies.sequential", "run_controller", "fold_controllers", "vote_orders", "ControllerRun")
 _export("vrr.stats.inference", "bootstrap_ci", "paired_bootstrap", "mcnemar_exact", "bootstrap_means",
         "policy_table")
@@ -73,7 +73,16 @@ _export("vrr.label.labeling", "relabel")
 _SUBMODULES = ("common", "core", "settings", "data", "loop", "label", "calibration", "policies", "stats", "report",
                "chain")
 
-__all__ = sorted(_API) + list(_SUBMODULES)
+__all__ = sorted(_API) + ["example_calibration"] + list(_SUBMODULES)
+
+
+def example_calibration() -> str:
+    """The path of the example calibration shipped with the package (``vrr/examples/calibration_small.json``:
+    ``from_labeled`` on 150 simulated loops, ``docs/online.md``), for ``OnlineController.from_calibration`` in
+    any install, from any working directory."""
+    from importlib.resources import files
+
+    return str(files("vrr") / "examples" / "calibration_small.json")
 
 
 def __getattr__(name: str):

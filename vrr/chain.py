@@ -33,7 +33,7 @@ from .common.paths import REPO_ROOT
 from .data.contract import Setting, load_setting, save_setting
 from .data.simulate import simulate_from_config, simulation_protocol
 from .loop.store import RunPaths
-from .settings import check_plain_name, load_config
+from .settings import check_plain_name, load_config, parse_set_overrides
 
 
 def _slug(text: str) -> str:
@@ -529,27 +529,6 @@ def run_notebook(notebook: str | os.PathLike, output: str | os.PathLike, paramet
 
 
 # --------------------------------------------------------------------------- python -m vrr
-def parse_set_overrides(pairs: Sequence[str]) -> dict[str, Any]:
-    """``--set key=value`` pairs (dotted setting keys, YAML values) -> an overrides dict for ``load_config``.
-
-    The value is read like a settings file (no anchors or aliases, bounded depth); a bad pair is a
-    :class:`vrr.settings.SettingConfigError` naming ``--set`` and the key."""
-    from .settings import DOTTED_KEY, SettingConfigError, parse_yaml, short_repr
-
-    out = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise SettingConfigError("--set", short_repr(pair, 40).strip("'\""),
-                                     "takes key=value (a dotted key of the setting)")
-        key, value = pair.split("=", 1)
-        key = key.strip()
-        if not DOTTED_KEY.match(key):
-            raise SettingConfigError("--set", short_repr(key, 40).strip("'\""),
-                                     "must be a dotted key of the setting, e.g. window.N")
-        out[key] = parse_yaml(value, "--set", key)
-    return out
-
-
 def _resolve(a) -> tuple[dict, dict]:
     overrides = parse_set_overrides(getattr(a, "set", None) or [])
     overrides.update(swap_overrides(getattr(a, "model", None), getattr(a, "verifier", None)))
@@ -557,15 +536,21 @@ def _resolve(a) -> tuple[dict, dict]:
                       ("batch_size", "engine.batch_size")):
         if getattr(a, flag, None) is not None:
             overrides[key] = getattr(a, flag)
-    return load_config(a.setting, overrides=overrides), overrides
+    from .loop.command_line import swap_with_own_probe
+
+    return swap_with_own_probe(load_config(a.setting), load_config(a.setting, overrides=overrides), overrides)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from .label.labeling import finalize_setting, relabel
     from .loop import runner, store, summary
+    from .common.names import ForgivingParser
+    from .report.status import window_gaps
+    from .loop.command_line import (check_model_names, check_run_folder, count_arg, probe_source, shard_arg,
+                                    swapped_models)
     from .loop.config import WINDOW_KEYS, from_stored, run_config
 
-    ap = _Parser(prog="python -m vrr", description="VRR-Stop reproduction: run the LLM loop, label.")
+    ap = ForgivingParser(prog="python -m vrr", description="VRR-Stop reproduction: run the LLM loop, label.")
     sub = ap.add_subparsers(dest="command", required=True)
 
     def setting_args(p):
@@ -584,7 +569,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     g = sub.add_parser("generate", help="run or resume a real setting, then label its window")
     setting_args(g)
     g.add_argument("--out-root", default=str(store.DEFAULT_OUT_ROOT))
-    g.add_argument("--limit", type=_count_arg, help="at most this many new instances/probe plans this call")
+    g.add_argument("--limit", type=count_arg, help="at most this many new instances/probe plans this call")
     g.add_argument("--phase", choices=["all", "probe", "traj"], default="all")
     g.add_argument("--no-finalize", action="store_true", help="do not label the window after generating")
     g.add_argument("--finalize-only", action="store_true",
@@ -595,15 +580,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "is still named, on stderr)")
     g.add_argument("--no-progress", action="store_true",
                    help="no progress bars (generation, and labeling's sandbox batches)")
-    g.add_argument("--shard", metavar="I/N", type=_shard_arg,
+    g.add_argument("--shard", metavar="I/N", type=shard_arg,
                    help="run shard I of N (0 <= I < N: the instances with index %% N == I) into its own part files; "
                         "finalizing merges every shard of the run")
     st = sub.add_parser("status", help="how far a real setting's run has come and its interim labels "
                                        "(reads the stored records only; safe beside a running generator)")
-    st.add_argument("setting", help="a setting name (settings/<name>.yaml) or a path to a setting YAML")
-    st.add_argument("--model", help="the generator of a swapped run (names its folder, as in generate)")
-    st.add_argument("--verifier", help="the judge of a swapped run (names its folder, as in generate)")
-    st.add_argument("--run-name", help="output folder name (default: the setting name, suffixed on a swap)")
+    setting_args(st)   # the same resolution as generate's: a swap's flags name its folder
     st.add_argument("--out-root", default=str(store.DEFAULT_OUT_ROOT))
     st.add_argument("--no-labels", action="store_true",
                     help="counts and cost only (the labels run the task's checker on every stored plan; code tasks "
@@ -611,6 +593,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     st.add_argument("--json", action="store_true", help="print the report as JSON")
     r = sub.add_parser("resolve", help="print the resolved setting and run config (no engine)")
     setting_args(r)
+    r.add_argument("--out-root", default=str(store.DEFAULT_OUT_ROOT), help="where the run folder is (as in generate)")
     r.add_argument("--calls", action="store_true",
                    help="also print the engine requests of one problem (models, sampling, prompts): a dry run")
     lab = sub.add_parser("label", help="relabel stored runs: data/real/<setting> [...]")
@@ -619,8 +602,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     setting_args(j)
     j.add_argument("--styles", required=True, help="comma list: style[:votes[:max_plans]]")
     j.add_argument("--split", default="train")
-    j.add_argument("--start", type=_count_arg, default=5000)
-    j.add_argument("--problems", type=_count_arg, default=40)
+    j.add_argument("--start", type=count_arg, default=5000)
+    j.add_argument("--problems", type=count_arg, default=40)
     j.add_argument("--out", help="JSON output")
     argv = list(sys.argv[1:] if argv is None else argv)
     sub.add_parser("notebook", usage="python -m vrr notebook NOTEBOOK OUTPUT [-p NAME VALUE]... [NOTEBOOK OUTPUT ...]",
@@ -637,22 +620,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return supervise(argv)
         start_orphan_watchdog()
     if a.command == "label":
-        from .settings import UnknownNameError
-
         for d in a.run_dirs:
-            folder = Path(d)
-            if not folder.is_dir():
-                parent = folder.parent if folder.parent.is_dir() else None
-                raise UnknownNameError("run folder", d, [str(folder.parent / p.name) for p in parent.iterdir()
-                                                         if p.is_dir()] if parent else [])
+            check_run_folder(d)
         for d in a.run_dirs:
             print(d, relabel(d))
         return 0
     cfg, _ = _resolve(a)
-    if cfg["kind"] == "real":
-        check_model_names(cfg)
+    if a.command in ("generate", "measure-judge-styles", "resolve") and not getattr(a, "finalize_only", False):
+        check_model_names(cfg)   # before an engine starts (finalize and status only name a folder)
     name = check_plain_name(a.run_name, "--run-name", "run_name") if a.run_name else \
-        run_name(load_config(a.setting), a.model, a.verifier)
+        run_name(load_config(a.setting), *swapped_models(load_config(a.setting), cfg))
     if a.command == "resolve":
         shown = {k: v for k, v in cfg.items() if not k.startswith("_")}
         out = {"setting": shown}
@@ -660,6 +637,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             out["simulation"] = simulation_protocol(cfg)
         if cfg["kind"] == "real":
             out["run_config"] = run_config(cfg, setting=name).to_json()
+            out["run"] = {"folder": str((Path(a.out_root) / name).resolve()),
+                          "probe": probe_source(run_config(cfg, setting=name), a.out_root)}
             if a.calls:
                 out["engine_calls"] = runner.dry_run(run_config(cfg, setting=name))
         print(json.dumps(out, indent=1))
@@ -680,9 +659,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     paths = store.RunPaths(a.out_root, rc.setting)
     command = summary.GenerateCommand.from_args(a)
-    swap = summary.swap_note(paths.dir) if not a.run_name and name != cfg["name"] else ""
-    if swap:
-        print(swap, file=sys.stderr, flush=True)
+    if not a.run_name and name != cfg["name"] and not a.finalize_only:   # once, where a swap starts writing
+        print(summary.swap_note(paths.dir), file=sys.stderr, flush=True)
     if a.finalize_only:
         summary.require_run(paths)
         stored = from_stored(store.read_stored_config(paths), str(paths.config))
@@ -691,7 +669,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 setattr(stored, key, getattr(a, key))
         status = finalize_setting(paths, stored, progress=not a.no_progress)
         store.merge_run_meta(paths)
-        print(summary.run_summary(status, paths, stored, command, swap=swap))
+        print(summary.run_summary(status, paths, stored, command))
         if status != "complete":
             gaps = window_gaps(paths, stored)
             if not a.allow_partial:
@@ -707,87 +685,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not a.no_finalize:  # a shard's finalize merges whatever every shard has stored so far
         status = finalize_setting(paths, rc, progress=not a.no_progress)
         store.merge_run_meta(paths)
-    print(summary.run_summary(status, paths, rc, command, shard=a.shard, swap=swap))
+    print(summary.run_summary(status, paths, rc, command, shard=a.shard))
     return 0
-
-
-def window_gaps(paths, cfg) -> str:
-    """What a run's window lacks, as one line: its missing trajectories and probe plans (by shard in a
-    sharded run: ``vrr.loop.store.missing_instances``), or why a borrowed probe cannot be read."""
-    from .label.labeling import stored_window
-    from .loop.store import RunPaths, missing_instances
-
-    window = stored_window(paths, cfg, paths.dir.parent)
-    probe_part = RunPaths(paths.dir.parent, cfg.probe_from).probe_part if cfg.probe_from else paths.probe_part
-    gaps = [missing_instances(paths.traj_part, window.traj_want, [r["index"] for r in window.traj]),
-            missing_instances(probe_part, window.probe_want, [r["index"] for r in window.probe]),
-            window.probe_missing]
-    return "; ".join(gap for gap in gaps if gap)
-
-
-class _Parser(argparse.ArgumentParser):
-    """The command line's parser: a mistyped subcommand, option or choice is one line with the nearest known
-    names and exit status 2 (argparse's own usage block would bury the hint)."""
-
-    def error(self, message: str):
-        from .settings import nearest
-
-        hint = ""
-        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
-        if choice:
-            known = re.findall(r"'([^']*)'", choice.group(2))
-            near = nearest(choice.group(1), known)
-            message = f"no {'command' if self._subparsers and 'command' in message else 'choice'} " \
-                      f"{choice.group(1)!r}; known: {', '.join(known)}"
-            hint = f"; did you mean {' or '.join(near)}?" if near else ""
-        unknown = re.search(r"unrecognized arguments: (.*)", message)
-        if unknown:
-            options = [o for action in self._all_actions() for o in action.option_strings]
-            near = [n for word in unknown.group(1).split() if word.startswith("-")
-                    for n in nearest(word.split("=")[0], options)[:1]]
-            hint = f"; did you mean {' or '.join(near)}?" if near else ""
-        sys.stderr.write(f"{self.prog}: error: {message}{hint} (--help lists the options)\n")
-        raise SystemExit(2)
-
-    def _all_actions(self):
-        yield from self._actions
-        for action in self._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                for parser in action.choices.values():
-                    yield from parser._actions
-
-
-def check_model_names(cfg: dict) -> None:
-    """An in-process engine loads a model by registry name, local directory or Hugging Face id (``org/name``);
-    anything else is a typo, refused with the nearest registry names before an engine starts. An OpenAI-compatible
-    server and the fake backend take any name (the server decides)."""
-    from .loop.engine.models import MODELS
-    from .settings import UnknownNameError
-
-    if cfg["engine"]["backend"] in ("fake", "openai"):
-        return
-    for role, model in cfg["models"].items():
-        if model in MODELS or "/" in str(model) or Path(str(model)).is_dir():
-            continue
-        raise UnknownNameError("model", model, MODELS, where=f"{cfg['_path']} (models.{role})",
-                               field=f"models.{role}")
-
-
-def _count_arg(text: str) -> int:
-    """A whole number >= 0 (a negative count would slice from the end of a list)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _shard_arg(text: str):
-    from .loop.store import Shard
-
-    try:
-        return Shard.parse(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None

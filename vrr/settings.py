@@ -38,13 +38,13 @@ from the dictionary returned by :func:`load_config`.
 from __future__ import annotations
 
 import copy
-import difflib
 import functools
 import math
 import re
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
+from .common.names import nearest
 from .common.paths import REPO_ROOT, SETTINGS_DIR
 from .core.model import NoiseParams
 
@@ -120,13 +120,6 @@ class UnknownNameError(SettingConfigError):
         self.path, self.field = where or "<command line>", field
         self.problem = f"no {what} {name!r}{f' in {where}' if where else ''}; {hint}"
         ValueError.__init__(self, self.problem)
-
-
-def nearest(name: str, known, n: int = 3) -> list[str]:
-    """The known names closest to ``name`` (``difflib``; case ignored), best first."""
-    known = list(known)
-    lower = {k.lower(): k for k in known}
-    return [lower[m] for m in difflib.get_close_matches(str(name).lower(), list(lower), n=n, cutoff=0.6)]
 
 
 # --------------------------------------------------------------------------- the schema
@@ -653,3 +646,22 @@ def list_settings(settings_dir: Path = SETTINGS_DIR, kind: str | None = None) ->
     if kind is None:
         return names
     return [n for n in names if load_config(n, settings_dir)["kind"] == kind]
+
+
+def parse_set_overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``--set key=value`` pairs (dotted setting keys, YAML values) -> an overrides dict for ``load_config``.
+
+    The value is read like a settings file (no anchors or aliases, bounded depth); a bad pair is a
+    :class:`SettingConfigError` naming ``--set`` and the key."""
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise SettingConfigError("--set", short_repr(pair, 40).strip("'\""),
+                                     "takes key=value (a dotted key of the setting)")
+        key, value = pair.split("=", 1)
+        key = key.strip()
+        if not DOTTED_KEY.match(key):
+            raise SettingConfigError("--set", short_repr(key, 40).strip("'\""),
+                                     "must be a dotted key of the setting, e.g. window.N")
+        out[key] = parse_yaml(value, "--set", key)
+    return out

@@ -166,3 +166,16 @@ def format_status(st: dict) -> str:
                           "calibration check: no labeled probe stored yet (or M < 3), nothing to check against"))
     return "\n".join(lines)
 
+
+def window_gaps(paths, cfg) -> str:
+    """What a run's window lacks, as one line: its missing trajectories and probe plans (by shard in a
+    sharded run: ``vrr.loop.store.missing_instances``), or why a borrowed probe cannot be read."""
+    from ..label.labeling import stored_window
+    from ..loop.store import RunPaths, missing_instances
+
+    window = stored_window(paths, cfg, paths.dir.parent)
+    probe_part = RunPaths(paths.dir.parent, cfg.probe_from).probe_part if cfg.probe_from else paths.probe_part
+    gaps = [missing_instances(paths.traj_part, window.traj_want, [r["index"] for r in window.traj]),
+            missing_instances(probe_part, window.probe_want, [r["index"] for r in window.probe]),
+            window.probe_missing]
+    return "; ".join(gap for gap in gaps if gap)
