@@ -9,9 +9,17 @@ Both runs use temporary results roots (the repository's ``results/`` is never to
   order, without papermill or a kernel; wall and CPU seconds per step.
 
 The ratio chain / plain loop is what the notebook design costs (kernel start-up, papermill, writing
-the executed notebooks, and -j2 scheduling). ``--profile N`` adds a second, profiled pass of the plain
-loop (cProfile on CPU time; the timed pass runs without the profiler) and prints per step the N functions
-with the most cumulative CPU time. ``--skip-chain`` runs only the plain loop.
+the executed notebooks, and -j2 scheduling).
+
+Per setting it prints each step's time (the chain's papermill seconds and the plain loop's CPU seconds) and
+05's distance from its floor: 05's CPU seconds divided by the CPU time of one vectorised pass over the
+setting's histograms, that is one EM step (E- and M-step, ``vrr.calibration.mixture.em_step``) of every chain
+05's statistics run for a calibration: n_folds x (check replicates + 1 + radius replicates) x EM restarts
+chains over the M + 1 count cells. A 05 at ratio r costs as much as r such passes; the EM chains it fits
+need up to ``em_max_iter`` passes each, so r in the thousands is the arithmetic, not overhead.
+
+``--profile N`` adds a second, profiled pass of the plain loop (cProfile on CPU time; the timed pass runs
+without the profiler) and prints per step the N functions with the most cumulative CPU time. ``--skip-chain`` runs only the plain loop.
 
     python scripts/bench_chain.py [--jobs 2] [--data data] [--settings "a b"] [--profile 8] [--skip-chain]
     make bench-chain
@@ -82,8 +90,9 @@ def run_chain(args) -> dict:
             sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
             raise SystemExit(f"make reproduce failed (exit {proc.returncode})")
         per_step, count = papermill_durations(results)
+        per_setting = setting_durations(results)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall": wall, "cpu": cpu, "per_step": per_step, "count": count}
+    return {"wall": wall, "cpu": cpu, "per_step": per_step, "count": count, "per_setting": per_setting}
 
 
 def papermill_durations(results: Path) -> tuple[dict, dict]:
@@ -96,6 +105,45 @@ def papermill_durations(results: Path) -> tuple[dict, dict]:
         per_step[step_of(nb.name)] += duration
         count[step_of(nb.name)] += 1
     return dict(per_step), dict(count)
+
+
+def setting_durations(results: Path) -> dict:
+    """{setting: {step: papermill seconds}} of the executed notebooks under ``results`` (06 under "all")."""
+    out: dict = defaultdict(dict)
+    for nb in Path(results).rglob("0*.ipynb"):
+        if nb.name.endswith((".tmp.ipynb", ".failed.ipynb")):
+            continue
+        duration = json.loads(nb.read_text())["metadata"].get("papermill", {}).get("duration") or 0.0
+        setting = "all" if nb.parent == Path(results) else nb.parent.name
+        out[setting][step_of(nb.name)] = duration
+    return dict(out)
+
+
+def histogram_floor(arrays_path: Path, config: dict, repeats: int = 5) -> tuple[float, int]:
+    """(CPU seconds, chains) of the floor named in the module docstring for one setting: one ``em_step`` over
+    n_folds x (check replicates + 1 + radius replicates) x EM restarts chains of the setting's M + 1 cells,
+    the fastest of ``repeats`` passes."""
+    import numpy as np
+
+    from vrr.calibration.gain_radius import RADIUS_REPLICATES
+    from vrr.calibration.mixture import em_step
+    from vrr.data.contract import load_setting
+
+    setting = load_setting(arrays_path)
+    est = config.get("estimator", {})
+    chains = int(config.get("n_folds", 5)) * (int(est.get("check_replicates", 200)) + 1 + RADIUS_REPLICATES) \
+        * int(est.get("em_restarts", 10))
+    M = setting.M
+    hist = np.bincount(np.asarray(setting.S[:, 0], dtype=np.int64), minlength=M + 1).astype(float)
+    h = np.broadcast_to(hist, (chains, M + 1))
+    rng = np.random.default_rng(0)
+    w, p1, p0 = (rng.uniform(0.05, 0.95, chains) for _ in range(3))
+    best = float("inf")
+    for _ in range(repeats):
+        c0 = time.process_time()
+        em_step(h, h.sum(axis=-1), M, w, p1, p0)
+        best = min(best, time.process_time() - c0)
+    return best, chains
 
 
 def exec_notebook(notebook: str, params: dict, profiler: cProfile.Profile | None) -> None:
@@ -131,6 +179,8 @@ def run_plain(args, profile: bool = False) -> dict:
     os.environ.setdefault("MPLBACKEND", "Agg")
     os.chdir(REPO)  # papermill runs the kernels in the repository root too
     wall, cpu = defaultdict(float), defaultdict(float)
+    per_setting: dict = defaultdict(dict)   # {setting: {step: CPU seconds}}
+    floors: dict = {}
     # CPU time, not wall time: the figures stay meaningful on a loaded machine
     profiles = {s: cProfile.Profile(time.process_time) for s in STEPS} if profile else {}
     with tempfile.TemporaryDirectory(prefix="bench-plain-") as tmp:
@@ -143,7 +193,47 @@ def run_plain(args, profile: bool = False) -> dict:
                 exec_notebook(notebook, params, profiles.get(step))
             wall[step] += time.perf_counter() - t0
             cpu[step] += time.process_time() - c0
-    return {"wall": dict(wall), "cpu": dict(cpu), "n": len(commands), "profiles": profiles}
+            name = params.get("setting", "all") if step != "06" else "all"
+            per_setting[name][step] = time.process_time() - c0
+            if step == "05" and not profile:
+                floors[name] = step_floor(results, name, args.data)
+    return {"wall": dict(wall), "cpu": dict(cpu), "n": len(commands), "profiles": profiles,
+            "per_setting": dict(per_setting), "floors": floors}
+
+
+def step_floor(results: Path, setting: str, data: str = "data"):
+    """The floor of the module docstring for one setting whose 04 has run under ``results`` (None without it)."""
+    from vrr.chain import setting_paths
+    from vrr.policies.replay import load_replay
+    from vrr.settings import load_config
+
+    paths = setting_paths(load_config(setting), data, results)
+    if not paths.replay.exists():
+        return None
+    return histogram_floor(paths.arrays, load_replay(paths.replay)["config"])
+
+
+def print_per_setting(chain, plain) -> None:
+    """Each setting's steps (papermill seconds of the chain and CPU seconds of the plain loop) and 05's ratio to its
+    floor."""
+    names = sorted(set(plain["per_setting"]) | set((chain or {}).get("per_setting", {})), key=lambda n: (n == "all", n))
+    print(f"\n{'setting':<34}" + "".join(f"{s:>13}" for s in STEPS) + f"{'05 floor ms':>13}{'05 / floor':>12}")
+    print(f"{'':<34}" + "".join(f"{'chain/plain':>13}" for _ in STEPS))
+    for name in names:
+        pm = (chain or {}).get("per_setting", {}).get(name, {})
+        pl = plain["per_setting"].get(name, {})
+        cells = "".join(f"{(f'{pm[s]:.1f}' if s in pm else '-') + '/' + (f'{pl[s]:.1f}' if s in pl else '-'):>13}"
+                        for s in STEPS)
+        floor = plain["floors"].get(name)
+        if floor and "05" in pl:
+            tail = f"{1e3 * floor[0]:13.2f}{pl['05'] / floor[0]:12.0f}"
+        else:
+            tail = f"{'-':>13}{'-':>12}"
+        print(f"{name:<34}{cells}{tail}")
+    floors = [f for f in plain["floors"].values() if f]
+    if floors:
+        print(f"floor: one em_step over n_folds x (check replicates + 1 + radius replicates) x EM restarts chains "
+              f"({min(c for _, c in floors)}-{max(c for _, c in floors)} chains) of the setting's M + 1 count cells")
 
 
 def commit() -> str:
@@ -190,6 +280,7 @@ def main() -> None:
     print(f"plain loop, one process: {plain_wall:.1f} s wall, {plain_cpu:.1f} s CPU ({plain['n']} notebooks' code)")
     if chain:
         print(f"ratio make / plain loop: {chain['wall'] / plain_wall:.2f}x wall, {chain['cpu'] / plain_cpu:.2f}x CPU")
+    print_per_setting(chain, plain)
     for s, prof in (profiled or {"profiles": {}})["profiles"].items():
         print(f"\n--- step {s}: top {args.profile} functions by cumulative CPU time (a second, profiled pass of "
               f"the plain loop: {profiled['cpu'].get(s, 0.0):.1f} s CPU with the profiler's overhead)")

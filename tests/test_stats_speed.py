@@ -219,3 +219,48 @@ def test_labeled_probe_draws_are_the_labeled_fits_of_the_probe_resamples():
         cal = calibrate(S, y, 8, method="labeled_mle", vote_rounds="probe", probe_S=probe_S[p], probe_y=probe_y[p],
                         probe_M=16)
         assert (cal.params.rho0, cal.params.rho1) == (draws["rho0"][b], draws["rho1"][b])
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(1, 400), seed=st.integers(0, 2**31 - 1), agree=st.floats(0.0, 1.0))
+def test_exact_mcnemar_is_statsmodels_bit_for_bit(n, seed, agree):
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    from vrr.stats.inference import mcnemar_exact
+
+    rng = np.random.default_rng(seed)
+    a = rng.random(n) < 0.5
+    b = np.where(rng.random(n) < agree, a, rng.random(n) < 0.5)
+    table = [[int(np.sum(a & b)), int(np.sum(a & ~b))], [int(np.sum(~a & b)), int(np.sum(~a & ~b))]]
+    want = float(mcnemar(table, exact=True).pvalue)
+    assert np.float64(mcnemar_exact(a, b)).tobytes() == np.float64(want).tobytes()
+
+
+@pytest.mark.parametrize("method, vote_rounds, likelihood", [
+    ("binomial_em", "first", "binomial"),
+    ("binomial_em", "first", "beta_binomial"),
+    ("labeled_mle", "probe", "binomial"),
+    ("labeled_mle", "probe", "beta_binomial"),
+    ("labeled_mle", "first", "beta_binomial"),
+    ("semisupervised_checked", "first", "binomial"),
+    ("semisupervised_checked", "first", "beta_binomial"),
+])
+def test_the_folds_draws_in_one_batch_are_each_folds_draws_alone(method, vote_rounds, likelihood):
+    """parameter_draws_folds (every fold's refits in one batch) against parameter_draws of each fold alone, bit for
+    bit, with each fold's own cross-fit fit as the point."""
+    rng = np.random.default_rng(17)
+    y = rng.random((90, 3)) < 0.55
+    S = np.where(y, rng.binomial(8, 0.8, y.shape), rng.binomial(8, 0.3, y.shape))
+    probe_S, probe_y = _probe(rng, 50, 8)
+    probe = dict(probe_S=probe_S, probe_y=probe_y, probe_M=8) if method != "binomial_em" else {}
+    cf = crossfit(S, y, 8, method=method, n_folds=3, seed=1, vote_rounds=vote_rounds, likelihood=likelihood, **probe)
+    kw = dict(n_boot=15, method=method, vote_rounds=vote_rounds, likelihood=likelihood, **probe)
+    gain_radius._parameter_draws.cache_clear()
+    gain_radius._parameter_draws_folds.cache_clear()
+    batch = gain_radius.parameter_draws_folds(S, y, 8, cf.folds, seed=1, points=cf.fits, **kw)
+    for f, fit in enumerate(cf.fits):
+        train = cf.folds != f
+        alone = gain_radius.parameter_draws(S[train], y[train], 8, seed=1 + f, point=fit, **kw)
+        assert list(alone) == list(batch[f])
+        for name in alone:
+            assert alone[name].tobytes() == batch[f][name].tobytes(), (f, name)

@@ -328,25 +328,27 @@ def semisupervised_bb(S_unlabeled, M: int, S_labeled, y_labeled, M_labeled: int,
 def refit_many(kind: str, point, samples, M: int, labeled_samples=None, M_l: int | None = None,
                phi_cap: float = 0.3) -> list:
     """Exchangeable-vote fits of many resamples (the bootstrap behind B_k), each started from the point fit
-    ``point`` (a ``VoteNoiseFit`` with phi0, phi1) and run as one batch. ``kind``: "labeled" (``samples`` are
-    (S, y) pairs), "label_free" (the capped mixture; ``samples`` are count arrays) or "semisupervised"
-    (``samples`` count arrays, ``labeled_samples`` (S_l, y_l) pairs of M_l votes). ``phi_cap``: the label-free
-    mixture's cap on phi (App. I)."""
+    ``point`` (a ``VoteNoiseFit`` with phi0, phi1, or a list of them, one per resample: the resamples of several
+    calibration samples in one batch) and run as one batch. ``kind``: "labeled" (``samples`` are (S, y) pairs),
+    "label_free" (the capped mixture; ``samples`` are count arrays) or "semisupervised" (``samples`` count arrays,
+    ``labeled_samples`` (S_l, y_l) pairs of M_l votes). ``phi_cap``: the label-free mixture's cap on phi (App. I)."""
     n = len(samples)
+    points = list(point) if isinstance(point, (list, tuple)) else [point] * n
+    if len(points) != n:
+        raise ValueError(f"refit_many: {len(points)} starting fits for {n} resamples")
+    field = lambda name: np.array([getattr(p, name) for p in points], dtype=float)  # noqa: E731
     if kind == "labeled":
         S_y = [(np.asarray(S).ravel(), np.asarray(y).ravel().astype(bool)) for S, y in samples]
         hists = histograms([S[y] for S, y in S_y] + [S[~y] for S, y in S_y], M)
-        start = (np.r_[np.full(n, 1 - point.rho1), np.full(n, point.rho0)],
-                 np.r_[np.full(n, point.phi1), np.full(n, point.phi0)])
+        start = (np.r_[1 - field("rho1"), field("rho0")], np.r_[field("phi1"), field("phi0")])
         start = tuple(np.clip(np.nan_to_num(a, nan=0.5), 1e-4, 1 - 1e-4) for a in start)
         fit = labeled_bb_many(hists, M, start=start, tol=DRAW_TOL)
         return [VoteNoiseFit(rho0=float(fit["mean"][n + b]), rho1=float(1 - fit["mean"][b]),
                              weight_valid=float(y.mean()) if y.size else 0.0, method="labeled_bb_mle",
                              phi0=float(fit["phi"][n + b]), phi1=float(fit["phi"][b])) for b, (_, y) in enumerate(S_y)]
     cap = phi_cap if kind == "label_free" else PHI_MAX
-    phi = [np.clip(point.phi1, 1e-4, cap * (1 - 1e-4)), np.clip(point.phi0, 1e-4, cap * (1 - 1e-4))]
-    start = _pack(point.weight_valid, 1 - point.rho1, phi[0], point.rho0, phi[1], cap)
-    starts = np.broadcast_to(start, (n, 1, 5))
+    phi = [np.clip(field("phi1"), 1e-4, cap * (1 - 1e-4)), np.clip(field("phi0"), 1e-4, cap * (1 - 1e-4))]
+    starts = _pack(field("weight_valid"), 1 - field("rho1"), phi[0], field("rho0"), phi[1], cap).reshape(n, 1, 5)
     h_u = histograms(samples, M)
     if kind == "label_free":
         fit, method = mixture_many(h_u, M, starts, cap=cap, tol=DRAW_TOL), "beta_binomial_em"

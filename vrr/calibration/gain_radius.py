@@ -64,6 +64,41 @@ def parameter_draws(S, y, M: int, n_boot: int = RADIUS_REPLICATES, seed: int = 0
 def _parameter_draws(S, y, M, n_boot, seed, method, vote_rounds, max_pairs, options, probe_S, probe_y, probe_M,
                      point, likelihood) -> dict[str, np.ndarray]:
     """:func:`parameter_draws`, computed once per distinct input (``vrr.calibration._memo``)."""
+    plan = _draw_plan(S, y, M, n_boot, seed, method, vote_rounds, max_pairs, options, probe_S, probe_y, probe_M,
+                      point, likelihood)
+    _run_fits([plan])
+    return _finish_draws(plan)
+
+
+def parameter_draws_folds(S, y, M: int, folds, n_boot: int = RADIUS_REPLICATES, seed: int = 0,
+                          method: str = "binomial_em", vote_rounds: str = "first", max_pairs: int | None = 300,
+                          options: EstimatorOptions = EstimatorOptions(), probe_S=None, probe_y=None, probe_M=None,
+                          points=None, likelihood: str = "binomial") -> list[dict[str, np.ndarray]]:
+    """:func:`parameter_draws` of every cross-fit fold's calibration sample (the instances outside fold f, seed
+    ``seed + f``, point ``points[f]``), the refits of all folds run as one batch: fold f's draws are
+    ``parameter_draws`` of its sample, to the last bit (every fit in the batch goes through the operations it would
+    go through alone)."""
+    arr = lambda a: None if a is None else np.asarray(a)  # noqa: E731
+    folds = np.asarray(folds)
+    n_folds = int(folds.max()) + 1 if folds.size else 0
+    points = list(points) if points is not None else [None] * n_folds
+    return _parameter_draws_folds(np.asarray(S), np.asarray(y), M, folds, n_boot, seed, method, vote_rounds, max_pairs,
+                                  options, arr(probe_S), arr(probe_y), probe_M, points, likelihood)
+
+
+@memoized
+def _parameter_draws_folds(S, y, M, folds, n_boot, seed, method, vote_rounds, max_pairs, options, probe_S, probe_y,
+                           probe_M, points, likelihood) -> list[dict[str, np.ndarray]]:
+    plans = [_draw_plan(S[folds != f], y[folds != f], M, n_boot, seed + f, method, vote_rounds, max_pairs, options,
+                        probe_S, probe_y, probe_M, point, likelihood) for f, point in enumerate(points)]
+    _run_fits(plans)
+    return [_finish_draws(plan) for plan in plans]
+
+
+def _draw_plan(S, y, M, n_boot, seed, method, vote_rounds, max_pairs, options, probe_S, probe_y, probe_M, point,
+               likelihood) -> dict:
+    """The resamples of one calibration sample and the vote-noise fits they need: ``votes`` holds the fits
+    computed here, ``job`` the batched fit still to run (:func:`_run_fits`), if any."""
     uses_probe = reads_probe(method, vote_rounds)
     if uses_probe and (probe_S is None or probe_M is None):
         raise ValueError(f"parameter_draws: method {method!r} / vote_rounds {vote_rounds!r} needs the probe")
@@ -75,7 +110,9 @@ def _parameter_draws(S, y, M, n_boot, seed, method, vote_rounds, max_pairs, opti
     if uses_probe:
         probe_reps = [(_resample_probe(rng, probe_S, probe_y) if probe_y is not None
                        else rng.integers(0, len(probe_S), len(probe_S))) for _ in range(n_boot)]
-    votes = [None] * n_boot
+    plan = dict(S=S, y=y, M=M, n_boot=n_boot, seed=seed, kwargs=kwargs, probe=(probe_S, probe_y, probe_M),
+                uses_probe=uses_probe, reps=reps, probe_reps=probe_reps, votes=[None] * n_boot, job=None,
+                likelihood=likelihood)
     fit_as = method
     if method == "semisupervised_checked":
         if point is None:
@@ -84,14 +121,11 @@ def _parameter_draws(S, y, M, n_boot, seed, method, vote_rounds, max_pairs, opti
     if likelihood != "binomial":
         if point is None:
             point = calibrate(S, y, M, seed=seed, probe_S=probe_S, probe_y=probe_y, probe_M=probe_M, **kwargs)
-        votes = _correlated_votes(fit_as, point.votes, S, y, M, reps, probe_reps, vote_rounds, probe_S, probe_y,
-                                  probe_M, options)
+        plan["job"] = _correlated_job(fit_as, point.votes, S, y, M, reps, probe_reps, vote_rounds, probe_S, probe_y,
+                                      probe_M, options)
     elif fit_as == "binomial_em" and vote_rounds == "first":
-        hists = vote_histograms([S[idx, 0] for idx in reps], M)
-        chains = binomial_em_chains(hists, M, [seed] * n_boot, n_restarts=options.em_restarts, tol=options.em_tol,
-                                    max_iter=options.em_max_iter)
-        rho0, rho1, w = best_rates(hists, M, chains)
-        votes = [VoteNoiseFit(float(a), float(b), float(c), method="binomial_em") for a, b, c in zip(rho0, rho1, w)]
+        plan["job"] = ("em", (M, options.em_restarts, options.em_tol, options.em_max_iter),
+                       vote_histograms([S[idx, 0] for idx in reps], M), [seed] * n_boot)
     elif fit_as == "semisupervised_em" and vote_rounds == "first":
         from .semisupervised import labeled_vote_stats, semisupervised_em_many
 
@@ -100,28 +134,68 @@ def _parameter_draws(S, y, M, n_boot, seed, method, vote_rounds, max_pairs, opti
                         for p in probe_reps])
         fit = semisupervised_em_many(hists, M, lab, n_restarts=min(options.em_restarts, 4), seed=seed,
                                      tol=options.em_tol, max_iter=options.em_max_iter)
-        votes = [VoteNoiseFit(float(a), float(b), float(c), method="semisupervised_em")
-                 for a, b, c in zip(fit["rho0"], fit["rho1"], fit["weight_valid"])]
+        plan["votes"] = [VoteNoiseFit(float(a), float(b), float(c), method="semisupervised_em")
+                         for a, b, c in zip(fit["rho0"], fit["rho1"], fit["weight_valid"])]
     elif fit_as == "labeled_probe" or (fit_as == "labeled_mle" and vote_rounds == "probe" and probe_y is not None):
-        votes = [labeled_mle(np.asarray(probe_S)[p], np.asarray(probe_y)[p], int(probe_M)) for p in probe_reps]
+        plan["votes"] = [labeled_mle(np.asarray(probe_S)[p], np.asarray(probe_y)[p], int(probe_M)) for p in probe_reps]
+    plan["point"] = point
+    return plan
+
+
+def _run_fits(plans: list) -> None:
+    """Run the batched fits the plans need, jobs of one kind (and the same vote count and options) together, and
+    hand each plan its fits (``plan["votes"]``)."""
+    from .correlated import refit_many
+
+    groups: dict = {}
+    for i, plan in enumerate(plans):
+        if plan["job"] is not None:
+            groups.setdefault(plan["job"][:2], []).append(i)
+    for (kind, key), members in groups.items():
+        jobs = [plans[i]["job"] for i in members]
+        sizes = [len(job[3]) for job in jobs]
+        if kind == "em":
+            M, restarts, tol, max_iter = key
+            hists = np.concatenate([job[2] for job in jobs])
+            chains = binomial_em_chains(hists, M, [x for job in jobs for x in job[3]], n_restarts=restarts, tol=tol,
+                                        max_iter=max_iter)
+            rho0, rho1, w = best_rates(hists, M, chains)
+            fits = [VoteNoiseFit(float(a), float(b), float(c), method="binomial_em") for a, b, c in zip(rho0, rho1, w)]
+        else:
+            vM, M_l, phi_cap = key[1:]
+            points = [job[2] for job in jobs for _ in range(len(job[3]))]
+            samples = [x for job in jobs for x in job[3]]
+            labeled = [x for job in jobs for x in job[4]] if jobs[0][4] is not None else None
+            fits = refit_many(key[0], points, samples, vM, labeled_samples=labeled, M_l=M_l, phi_cap=phi_cap)
+        for i, lo, hi in zip(members, np.cumsum([0] + sizes[:-1]), np.cumsum(sizes)):
+            plans[i]["votes"] = fits[lo:hi]
+
+
+def _finish_draws(plan: dict) -> dict[str, np.ndarray]:
+    """The draws {name: [n_boot]} of a plan whose fits have run: rho0, rho1 (phi0, phi1) from each resample's
+    vote-noise fit as calibrate takes them, alpha, beta, pi from their Jeffreys posteriors."""
+    S, y, M, seed, likelihood, kwargs = (plan[k] for k in ("S", "y", "M", "seed", "likelihood", "kwargs"))
+    probe_S, probe_y, probe_M = plan["probe"]
     names = PARAM_NAMES + (CORRELATION_NAMES if likelihood != "binomial" else ())
-    draws = {name: np.empty(n_boot) for name in names}
-    for b, idx in enumerate(reps):
-        p = probe_reps[b]
-        if votes[b] is not None:     # the vote-noise fit is all a draw takes from calibrate (alpha, beta, pi: below)
-            for name, value in _vote_parameters(votes[b], likelihood).items():
+    draws = {name: np.empty(plan["n_boot"]) for name in names}
+    for b, idx in enumerate(plan["reps"]):
+        votes = plan["votes"][b]
+        if votes is not None:     # the vote-noise fit is all a draw takes from calibrate (alpha, beta, pi: below)
+            for name, value in _vote_parameters(votes, likelihood).items():
                 draws[name][b] = value
             continue
+        p = plan["probe_reps"][b]
         probe = {}
-        if uses_probe:
+        if plan["uses_probe"]:
             probe = dict(probe_S=np.asarray(probe_S)[p], probe_M=probe_M,
                          probe_y=None if probe_y is None else np.asarray(probe_y)[p])
-        fit = calibrate(S[idx], y[idx], M, seed=seed + b, votes=votes[b], **probe, **kwargs).as_kwargs()
+        fit = calibrate(S[idx], y[idx], M, seed=seed + b, **probe, **kwargs).as_kwargs()
         for name in names:
             draws[name][b] = fit[name]
+    point = plan["point"]
     if point is None:
         point = calibrate(S, y, M, seed=seed, probe_S=probe_S, probe_y=probe_y, probe_M=probe_M, **kwargs)
-    draws.update(jeffreys_draws(point, n_boot, seed))
+    draws.update(jeffreys_draws(point, plan["n_boot"], seed))
     return draws
 
 
@@ -145,11 +219,10 @@ def _vote_parameters(votes: VoteNoiseFit, likelihood: str) -> dict[str, float]:
     return out
 
 
-def _correlated_votes(fit_as: str, point_votes, S, y, M: int, reps, probe_reps, vote_rounds: str, probe_S, probe_y,
-                      probe_M, options) -> list:
-    """The exchangeable-vote fits of every resample, one batch started from the point fit's votes."""
-    from .correlated import refit_many
-
+def _correlated_job(fit_as: str, point_votes, S, y, M: int, reps, probe_reps, vote_rounds: str, probe_S, probe_y,
+                     probe_M, options) -> tuple:
+    """The exchangeable-vote refit of every resample, started from the point fit's votes, as a job for
+    :func:`_run_fits`: ("refit", (kind, M, M_l, phi_cap), point votes, samples, labeled samples or None)."""
     def sample(idx, p):  # the vote-noise sample of one resample, as calibrate reads it
         if vote_rounds == "probe":
             return np.asarray(probe_S)[p], None if probe_y is None else np.asarray(probe_y)[p], probe_M
@@ -160,15 +233,14 @@ def _correlated_votes(fit_as: str, point_votes, S, y, M: int, reps, probe_reps, 
     samples = [sample(idx, p) for idx, p in zip(reps, probe_reps)]
     vM = samples[0][2] if samples else M
     if fit_as in ("binomial_em", "beta_binomial_em"):
-        return refit_many("label_free", point_votes, [s[0] for s in samples], vM, phi_cap=options.bb_phi_cap)
+        return ("refit", ("label_free", vM, None, options.bb_phi_cap), point_votes, [s[0] for s in samples], None)
     if fit_as == "labeled_mle":
-        return refit_many("labeled", point_votes, [(s[0], s[1]) for s in samples], vM)
+        return ("refit", ("labeled", vM, None, 0.3), point_votes, [(s[0], s[1]) for s in samples], None)
     labeled = [(np.asarray(probe_S)[p], np.asarray(probe_y)[p]) for p in probe_reps]
     if fit_as == "labeled_probe":
-        return refit_many("labeled", point_votes, labeled, probe_M)
+        return ("refit", ("labeled", probe_M, None, 0.3), point_votes, labeled, None)
     if fit_as == "semisupervised_em":
-        return refit_many("semisupervised", point_votes, [s[0] for s in samples], vM, labeled_samples=labeled,
-                          M_l=probe_M)
+        return ("refit", ("semisupervised", vM, probe_M, 0.3), point_votes, [s[0] for s in samples], labeled)
     raise ValueError(f"parameter_draws: calibration method {fit_as!r} has no exchangeable-vote estimator")
 
 
