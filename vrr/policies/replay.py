@@ -208,10 +208,15 @@ def algorithm1_inputs(setting: Setting, cf: CrossFit, config: ReplayConfig) -> d
     :func:`fold_parameter_draws`), each fold's J-hat and calibration check (``j_per_fold``, ``checks``), the mode
     and its reason per fold (``modes``; :func:`vrr.policies.mode.algorithm1_mode`) and per instance
     (``stop_mode``)."""
-    from ..calibration.gain_radius import bootstrap_radius, instance_draws
+    from ..calibration.gain_radius import bootstrap_radius, instance_draws, parameter_draws_folds
 
     S, M = setting.S, setting.M
-    draws = instance_draws(cf.folds, [fold_parameter_draws(setting, cf, f, config) for f in range(len(cf.fits))])
+    # every fold's fold_parameter_draws, their refits run as one batch
+    per_fold = parameter_draws_folds(S, setting.y, M, cf.folds, seed=config.seed, method=config.method,
+                                     vote_rounds=config.vote_rounds, max_pairs=config.max_pairs,
+                                     options=config.estimator, points=cf.fits, likelihood=config.likelihood,
+                                     **probe_kwargs(setting, config))
+    draws = instance_draws(cf.folds, per_fold)
     g_hat, radius_low, radius = bootstrap_radius(S, M, cf.as_kwargs(), draws, config.eta)
     if setting.probe_S is not None and setting.probe_y is not None:   # J-hat on the probe: the same for every fold
         diags = [j_diagnostic(setting, cf.folds, 0, config)] * config.n_folds
