@@ -264,3 +264,22 @@ def test_the_folds_draws_in_one_batch_are_each_folds_draws_alone(method, vote_ro
         assert list(alone) == list(batch[f])
         for name in alone:
             assert alone[name].tobytes() == batch[f][name].tobytes(), (f, name)
+
+
+@pytest.mark.parametrize("method, likelihood, vote_rounds", [("binomial_em", "beta_binomial", "first"),
+                                                             ("beta_binomial_em", "binomial", "first"),
+                                                             ("beta_binomial_em", "binomial", "all")])
+def test_the_crossfits_label_free_mixtures_in_one_batch_are_each_folds_fit(method, likelihood, vote_rounds):
+    """crossfit fits the folds' capped beta-binomial mixtures in one batch: each fold's calibration is calibrate on
+    the fold's sample alone, bit for bit."""
+    from vrr.calibration.estimators import crossfit_folds
+
+    rng = np.random.default_rng(23)
+    y = rng.random((75, 3)) < 0.5
+    S = np.where(y, rng.binomial(8, 0.8, y.shape), rng.binomial(8, 0.3, y.shape))
+    cf = crossfit(S, y, 8, method=method, n_folds=3, seed=4, vote_rounds=vote_rounds, likelihood=likelihood)
+    folds = crossfit_folds(75, 3, 4)
+    for f in range(3):
+        alone = calibrate(S[folds != f], y[folds != f], 8, method=method, seed=4 + f, vote_rounds=vote_rounds,
+                          likelihood=likelihood)
+        assert repr(alone) == repr(cf.fits[f])

@@ -263,23 +263,34 @@ def label_free_bb(S, M: int, phi_cap: float = 0.3, n_restarts: int = 8, seed: in
     """The capped label-free beta-binomial mixture of ``estimators.beta_binomial_em`` (App. E, App. I "BB-EM";
     the same model, cap, seeded starts, loose restarts and tight polish), maximized by :func:`nelder_mead_many`,
     whose simplex order breaks ties the same way on every CPU. Returns phi0, phi1 with rho0, rho1."""
+    return label_free_bb_many([S], M, phi_cap=phi_cap, n_restarts=n_restarts, seeds=[seed])[0]
+
+
+def label_free_bb_many(samples, M: int, phi_cap: float = 0.3, n_restarts: int = 8, seeds=(0,)) -> list[VoteNoiseFit]:
+    """:func:`label_free_bb` of each vote sample with its own seed, the simplices of all of them run as one batch
+    (each fit as alone: the cross-fit folds' fits)."""
     if M < 5:
         raise ValueError(f"beta_binomial_em: needs M >= 5 votes per plan to be identifiable, got M={M}; "
                          "use labeled_mle (labels) or more votes")
-    h_u = histograms([S], M)
-    if h_u.sum() == 0:
+    h_u = histograms(samples, M)
+    if (h_u.sum(axis=1) == 0).any():
         raise ValueError("beta_binomial_em: empty sample")
-    rng = np.random.default_rng(seed)
-    starts = np.array([[special.logit(rng.uniform(0.2, 0.8)), special.logit(rng.uniform(0.55, 0.95)),
+    starts = []
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        starts.append([[special.logit(rng.uniform(0.2, 0.8)), special.logit(rng.uniform(0.55, 0.95)),
                         rng.uniform(-3, 1), special.logit(rng.uniform(0.05, 0.45)), rng.uniform(-3, 1)]
                        for _ in range(n_restarts)])
-    fit = mixture_many(h_u, M, starts[None], cap=phi_cap, tol=dict(xatol=1e-4, fatol=1e-7, max_iter=20000),
+    fit = mixture_many(h_u, M, np.array(starts), cap=phi_cap, tol=dict(xatol=1e-4, fatol=1e-7, max_iter=20000),
                        polish=dict(xatol=1e-9, fatol=1e-11, max_iter=20000))
-    w, n = float(fit["weight_valid"][0]), float(h_u.sum())
-    return VoteNoiseFit(rho0=float(fit["rho0"][0]), rho1=float(fit["rho1"][0]), weight_valid=w,
-                        loglik=float(fit["loglik"][0]), votes_valid=M * n * w, votes_invalid=M * n * (1 - w),
-                        method="beta_binomial_em", converged=bool(fit["converged"][0]), n_iter=int(fit["n_iter"][0]),
-                        phi0=float(fit["phi0"][0]), phi1=float(fit["phi1"][0]))
+    out = []
+    for r in range(h_u.shape[0]):
+        w, n = float(fit["weight_valid"][r]), float(h_u[r].sum())
+        out.append(VoteNoiseFit(rho0=float(fit["rho0"][r]), rho1=float(fit["rho1"][r]), weight_valid=w,
+                                loglik=float(fit["loglik"][r]), votes_valid=M * n * w, votes_invalid=M * n * (1 - w),
+                                method="beta_binomial_em", converged=bool(fit["converged"][r]),
+                                n_iter=int(fit["n_iter"][r]), phi0=float(fit["phi0"][r]), phi1=float(fit["phi1"][r])))
+    return out
 
 
 def _semisupervised_starts(h_u, M: int, h_v, h_i, M_l: int, n_restarts: int, seed: int) -> np.ndarray:

@@ -279,24 +279,30 @@ def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
         vS, vy, vM = np.asarray(probe_S), probe_y, int(probe_M)
     else:
         raise ValueError(f"vote_rounds must be 'first', 'all' or 'probe', got {vote_rounds!r}")
+    if S.shape[1] < 2:
+        raise ValueError("calibrate: need at least one repair round to estimate alpha, beta")
+    trans = transition_rates(y[:, 0], y[:, 1], max_pairs=max_pairs, seed=seed)
+    pairs = labeled_subset(y.shape[0], max_pairs, seed)      # the same <= 300 labeled plans
+    n_pi_valid, n_pi = int(y[pairs, 0].sum()), int(pairs.size)
+    alpha, alpha_rule = defined_rate(trans.n_fixed, trans.n_invalid_before, unsafe=())
+    beta, beta_rule = defined_rate(trans.n_broken, trans.n_valid_before, unsafe=(0.0,))
+    pi, pi_rule = defined_rate(n_pi_valid, n_pi, unsafe=(0.0, 1.0))
     if method == "semisupervised_checked" and votes is None:
-        check = calibration_check(vS, vM, *labeled, level=options.check_level, n_boot=options.check_replicates,
-                                  seed=seed, em_restarts=options.em_restarts, em_tol=options.em_tol,
-                                  em_max_iter=options.em_max_iter).as_dict()
+        # the decision check (vrr.calibration.decision_check) chooses: the semi-supervised fit where the label-free
+        # rates leave VRR-Stop's decisions on the sample's trajectories as the labels would, the probe's labels alone
+        # where they give up more than 2 pp; the Wald check is kept as a diagnostic
+        from .decision_check import checked_record
+
+        wald = calibration_check(vS, vM, *labeled, level=options.check_level, n_boot=options.check_replicates,
+                                 seed=seed, em_restarts=options.em_restarts, em_tol=options.em_tol,
+                                 em_max_iter=options.em_max_iter).as_dict()
+        check = checked_record(wald, S, M, alpha, beta, pi)
         votes = (fit_vote_noise("semisupervised_em", vS, vM, seed=seed, options=options, labeled=labeled,
                                 likelihood=likelihood) if check["passed"] else
                  fit_vote_noise("labeled_mle", labeled[0], labeled[2], y=labeled[1], likelihood=likelihood))
     if votes is None:  # (a bootstrap passes the vote-noise fits it computed for many samples at once)
         votes = fit_vote_noise(method, vS, vM, y=vy, seed=seed, options=options, labeled=labeled,
                                likelihood=likelihood)
-    if S.shape[1] < 2:
-        raise ValueError("calibrate: need at least one repair round to estimate alpha, beta")
-    trans = transition_rates(y[:, 0], y[:, 1], max_pairs=max_pairs, seed=seed)
-    labeled = labeled_subset(y.shape[0], max_pairs, seed)      # the same <= 300 labeled plans
-    n_pi_valid, n_pi = int(y[labeled, 0].sum()), int(labeled.size)
-    alpha, alpha_rule = defined_rate(trans.n_fixed, trans.n_invalid_before, unsafe=())
-    beta, beta_rule = defined_rate(trans.n_broken, trans.n_valid_before, unsafe=(0.0,))
-    pi, pi_rule = defined_rate(n_pi_valid, n_pi, unsafe=(0.0, 1.0))
     rules = {"rho0": "fit", "rho1": "fit", "alpha": alpha_rule, "beta": beta_rule, "pi": pi_rule}
     rho = {}
     for name in ("rho0", "rho1"):
@@ -439,14 +445,25 @@ def _crossfit(S, y, M, method, n_folds, seed, vote_rounds, n_calib, probe_S, pro
     """:func:`crossfit`, computed once per distinct input (``vrr.calibration._memo``)."""
     folds = crossfit_folds(S.shape[0], n_folds, seed)
     rng = np.random.default_rng(seed + 1)
-    fits = []
+    trains = []
     for f in range(n_folds):
         train = np.flatnonzero(folds != f)
         if n_calib is not None and n_calib < train.size:
             train = np.sort(rng.choice(train, n_calib, replace=False))
-        fits.append(calibrate(S[train], y[train], M, method=method, seed=seed + f,
-                              vote_rounds=vote_rounds, probe_S=probe_S, probe_y=probe_y,
-                              probe_M=probe_M, max_pairs=max_pairs, options=options, likelihood=likelihood))
+        trains.append(train)
+    votes = [None] * n_folds
+    label_free_bb = method == "beta_binomial_em" or (method == "binomial_em" and likelihood == "beta_binomial")
+    if label_free_bb and vote_rounds in ("first", "all") and M >= MIN_VOTES["beta_binomial_em"]:
+        # the folds' capped beta-binomial mixtures in one batch (each fold's fit as alone; calibrate reads them)
+        from .correlated import label_free_bb_many
+
+        votes = label_free_bb_many([S[t, 0] if vote_rounds == "first" else S[t].ravel() for t in trains], M,
+                                   phi_cap=options.bb_phi_cap, n_restarts=options.bb_restarts,
+                                   seeds=[seed + f for f in range(n_folds)])
+    fits = [calibrate(S[train], y[train], M, method=method, seed=seed + f, vote_rounds=vote_rounds,
+                      probe_S=probe_S, probe_y=probe_y, probe_M=probe_M, max_pairs=max_pairs, options=options,
+                      votes=votes[f], likelihood=likelihood)
+            for f, train in enumerate(trains)]
     return CrossFit(folds=folds, fits=fits)
 
 
