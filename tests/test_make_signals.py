@@ -3,6 +3,8 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -43,11 +45,11 @@ def _kill_make_during_06(results, mark, sig):
         time.sleep(0.2)
     assert started.read_text().splitlines()[-1] == str(results / "06_figures.ipynb")   # 06 is the last to start
     os.kill(proc.pid, sig)
-    proc.wait(timeout=60)
+    proc.wait(timeout=600)
     assert proc.returncode != 0
-    assert_no_survivor(run, within=20)
+    assert_no_survivor(run, within=600)
     assert not (results / "06_figures.ipynb").exists()
-    assert not (results / "06_figures.ipynb.tmp.ipynb").exists()
+    assert not list(results.rglob("*.tmp.ipynb")) and not list(results.glob(".vrr-running-*"))
     assert not (results / "README.md").exists()
     assert not (results / "tables").exists() and not (results / "figures").exists()
     # the per-setting steps before 06 finished and stay valid
@@ -63,3 +65,83 @@ def test_sigkill_or_sigterm_to_make_during_06_stops_everything_and_publishes_not
     shutil.copytree(chain_results / SETTING, results / SETTING)
     _kill_make_during_06(results, uuid.uuid4().hex, signal.SIGKILL)
     _kill_make_during_06(results, uuid.uuid4().hex, signal.SIGTERM)
+
+
+# --------------------------------------------------------------------------- the notebook runner alone
+PATIENCE = 600.0   # seconds: a guard against a hung test, never a measure of speed
+
+
+def _sleeping_notebook(path: Path) -> Path:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("y = x"),   # papermill saves after it
+                nbformat.v4.new_code_cell("import time\ntime.sleep(600)")]
+    nb.cells[0].metadata["tags"] = ["parameters"]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+# a stand-in for make: starts the runner and waits for it
+PARENT = "import subprocess, sys\nsubprocess.Popen(sys.argv[1:]).wait()\n"
+
+
+def _start_runner(tmp_path, mark, parent: bool):
+    """``python -m vrr notebook`` on a notebook that sleeps, under a stand-in parent or alone; returns once its
+    kernel executes the notebook and papermill has saved the temporary (the started log's line, a live kernel
+    process, a *.tmp.ipynb: events, no clock)."""
+    nb, out, started = _sleeping_notebook(tmp_path / "slow.ipynb"), tmp_path / "out", tmp_path / "started.log"
+    env = dict(os.environ, VRR_TEST_MARK=mark, VRR_NOTEBOOK_STARTED_LOG=str(started), PYTHONPATH=str(REPO))
+    runner = [sys.executable, "-m", "vrr", "notebook", str(nb), str(out / "slow.ipynb")]
+    proc = subprocess.Popen([sys.executable, "-c", PARENT, *runner] if parent else runner, cwd=REPO, env=env)
+    run = RunProcesses(mark)
+    end = time.monotonic() + PATIENCE
+    while not (started.is_file() and any("ipykernel" in t["cmdline"] for t in run.scan().values())
+               and list(out.rglob("*.tmp.ipynb"))):
+        assert proc.poll() is None and time.monotonic() < end
+        time.sleep(0.1)
+    return proc, run, out
+
+
+def _runner_of(run: RunProcesses) -> int:
+    return next(p for p, t in run.scan().items() if " notebook " in t["cmdline"] and "-c" not in t["cmdline"])
+
+
+def test_sigkill_to_the_runners_parent_leaves_no_temporary_notebook(tmp_path):
+    """make's SIGKILL reaches the runner as SIGTERM (PR_SET_PDEATHSIG): it removes its folder of temporaries
+    before it stops the kernel, so no late write of papermill can leave a *.tmp.ipynb, however slowly the
+    kernel dies; nothing runs on."""
+    proc, run, out = _start_runner(tmp_path, uuid.uuid4().hex, parent=True)
+    runner = _runner_of(run)
+    proc.kill()
+    proc.wait()
+    assert_no_survivor(run, within=PATIENCE)
+    assert not list(out.rglob("*.tmp.ipynb")) and not (out / "slow.ipynb").exists()
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".vrr-running-")]
+    assert not list(Path(tempfile.gettempdir()).glob(f"vrr-kernel-{runner}-*"))
+
+
+def test_sigkill_to_the_runner_takes_its_kernel_and_the_next_run_removes_its_temporaries(tmp_path):
+    """SIGKILL to the runner itself: its kernel dies with it (PR_SET_PDEATHSIG, no polling), and the folder it
+    could not remove is removed by the next runner, which says so."""
+    proc, run, out = _start_runner(tmp_path, uuid.uuid4().hex, parent=False)
+    proc.kill()
+    proc.wait()
+    assert_no_survivor(run, within=PATIENCE)
+    left = [p for p in out.iterdir() if p.name != "slow.ipynb.log"]
+    assert left and not (out / "slow.ipynb").exists()   # what SIGKILL left: the runner's folder of temporaries
+    import nbformat
+
+    quick = tmp_path / "quick.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1")]
+    nb.cells[0].metadata["tags"] = ["parameters"]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, quick)
+    again = subprocess.run([sys.executable, "-m", "vrr", "notebook", str(quick), str(out / "quick.ipynb")], cwd=REPO,
+                           capture_output=True, text=True, timeout=PATIENCE)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"left by runner process {proc.pid}, which was killed" in again.stderr
+    assert not list(out.rglob("*.tmp.ipynb"))
+    assert sorted(p.name for p in out.iterdir()) == ["quick.ipynb", "slow.ipynb.log"]

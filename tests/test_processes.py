@@ -77,7 +77,9 @@ class RunProcesses:
                 "other": [p for p in alive if p not in workers and p not in engine]}
 
 
-def assert_no_survivor(run: RunProcesses, within=8.0):
+def assert_no_survivor(run: RunProcesses, within=600.0):
+    """Wait until no member of the run is alive (an event: returns as soon as it holds); ``within`` only guards
+    against a hung test, it is not a measure of speed."""
     deadline = time.time() + within
     while run.scan() and time.time() < deadline:
         time.sleep(0.2)
@@ -93,7 +95,7 @@ def start_run(tmp_path, mark):
            "--out-root", str(tmp_path), "--no-progress"]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     run = RunProcesses(mark)
-    deadline = time.time() + 60
+    deadline = time.time() + 600
     while not (proc.pid in run.scan() and all(run.roles()[r] for r in ("worker", "engine"))):
         assert proc.poll() is None, proc.communicate()
         assert time.time() < deadline, "the run did not start its engine"
@@ -145,13 +147,13 @@ def test_killing_a_run_leaves_no_process(tmp_path, target, sig):
     proc, run = start_run(tmp_path, mark)
     pid = proc.pid if target == "supervisor" else run.roles()["worker"][0]
     os.kill(pid, sig)
-    proc.wait(timeout=30)
+    proc.wait(timeout=600)
     assert_no_survivor(run)
     # what finished before the kill is intact, and a rerun completes the window
     rerun = subprocess.run([sys.executable, "-m", "vrr", "generate", "gsm8k_cpu_favorable", "--backend", "fake",
                             "--n", "40", "--probe-n", "0", "--set", "K_max=1", "--set", "M=2", "--batch-size", "8",
                             "--run-name", "kill", "--out-root", str(tmp_path), "--no-progress"],
                            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
-                           timeout=120)
+                           timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert (tmp_path / "kill" / "arrays.npz").is_file()

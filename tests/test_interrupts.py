@@ -1,0 +1,203 @@
+"""Signals at random moments, with the sandbox in use, leave no process, cgroup, temporary folder or held lock.
+
+Every wait here is on an event (a folder appears, a process exits, a line is written), bounded only by
+:data:`PATIENCE`, minutes, so that a busy machine makes the tests slower, never red. Survivors are found by
+:class:`test_processes.RunProcesses` (marker, process group, descent); a sandbox's cgroups and host folders are
+found by their owner's pid in their names (``vrr-sandbox-<pid>-t<start>-...``).
+"""
+import fcntl
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from test_processes import RunProcesses, assert_no_survivor
+from vrr.loop import sandbox
+
+REPO = Path(__file__).resolve().parent.parent
+PATIENCE = 600.0   # seconds: only a guard against a hung test, never a measure of speed
+PREFIX = sandbox.CGROUP_PREFIX
+
+
+def _cgroup_parents() -> list[str]:
+    roots = sandbox.cgroup_support()
+    assert roots is not None, "the machine offers no writable cgroup"
+    return [roots["memory"], roots["pids"]] if roots["version"] == 1 else [roots["dir"]]
+
+
+def _wait_for(what, message):
+    end = time.monotonic() + PATIENCE
+    while not what():
+        assert time.monotonic() < end, message
+        time.sleep(0.05)
+
+
+def _owned(pids) -> list[Path]:
+    """The sandbox cgroups and host folders made by any of ``pids``."""
+    out = []
+    for parent in _cgroup_parents() + [tempfile.gettempdir()]:
+        for name in os.listdir(parent):
+            if any(name.startswith(f"{PREFIX}-{pid}-") for pid in pids):
+                out.append(Path(parent, name))
+    return out
+
+
+def _assert_nothing_left(run: RunProcesses):
+    assert_no_survivor(run, within=PATIENCE)
+    owners = set(run.seen)
+    _wait_for(lambda: not _owned(owners), f"sandbox leftovers: {_owned(owners)}")
+
+
+def _lock_is_free(lock: Path) -> bool:
+    fd = os.open(lock, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- a process using the sandbox
+SANDBOX_USER = """
+import sys
+from vrr.loop.sandbox import run_many
+print("ready", flush=True)
+while True:   # programs that sleep: the sandbox is always in use
+    run_many(["import time\\ntime.sleep(600)\\n"] * 2, timeout=float(sys.argv[1]), parallel=2)
+"""
+
+
+def _start_sandbox_user(mark, wall=600.0):
+    env = dict(os.environ, VRR_TEST_MARK=mark, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-c", SANDBOX_USER, str(wall)], env=env, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline() == "ready\n"
+    _wait_for(lambda: len([p for p in _owned([proc.pid]) if str(p.parent) == _cgroup_parents()[0]]) == 2,
+              "the sandbox programs did not start")
+    return proc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_process_killed_while_its_sandbox_runs_leaves_nothing(sig):
+    """SIGKILL (and SIGTERM, whose default kills at once) gives the process no chance to clean up: its guard
+    (a pidfd on it) kills the sandbox's processes and removes its cgroups and folders; SIGINT runs the cleanup
+    in the process. The sandboxed programs sleep: they would live 600 s if left."""
+    mark = uuid.uuid4().hex
+    run = RunProcesses(mark)
+    proc = _start_sandbox_user(mark)
+    run.scan()
+    assert len(run.scan()) >= 3   # the process, its guard, the bubblewrap processes
+    proc.send_signal(sig)
+    proc.wait(timeout=PATIENCE)
+    _assert_nothing_left(run)
+
+
+def test_the_next_run_removes_what_a_killed_owner_left_and_says_so(tmp_path):
+    """What the guard would remove, left as if the guard were killed too: a cgroup holding a live process and a
+    host folder, named for an owner that has exited. The next process's first run kills and removes them and
+    says so on stderr; a live owner's are untouched."""
+    gone = subprocess.Popen(["true"])
+    start = int(Path(f"/proc/{gone.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    gone.wait()
+    live = os.getpid()
+    live_start = int(Path(f"/proc/{live}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    stale_name, live_name = f"{PREFIX}-{gone.pid}-t{start}-1", f"{PREFIX}-{live}-t{live_start}-99"
+    sleeper = subprocess.Popen(["sleep", "600"])
+    made = []
+    try:
+        for parent in _cgroup_parents():
+            for name in (stale_name, live_name):
+                Path(parent, name).mkdir()
+                made.append(Path(parent, name))
+            Path(parent, stale_name, "cgroup.procs").write_text(str(sleeper.pid))
+        folder = Path(tempfile.gettempdir(), stale_name + "-abc")
+        folder.mkdir()
+        (folder / "stdout").write_text("left")
+        r = subprocess.run([sys.executable, "-c", "from vrr.loop.sandbox import run_python\n"
+                            "print(run_python('print(1)', timeout=600, cpu_limit=5).stdout, end='')"],
+                           cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+                           timeout=PATIENCE)
+        assert r.returncode == 0 and r.stdout == "1\n", r.stderr
+        assert f"left by process {gone.pid}" in r.stderr and "killed" in r.stderr
+        assert sleeper.wait(timeout=PATIENCE) == -signal.SIGKILL
+        assert not folder.exists()
+        assert all(not Path(p, stale_name).exists() and Path(p, live_name).is_dir() for p in _cgroup_parents())
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        for d in made:
+            end = time.monotonic() + PATIENCE
+            while d.exists():   # a killed process leaves its cgroup a moment later
+                try:
+                    d.rmdir()
+                except OSError:
+                    assert time.monotonic() < end, d
+                    time.sleep(0.05)
+
+
+# --------------------------------------------------------------------------- generation with sandboxed votes
+def _generate(tmp_path, mark, extra=()):
+    env = dict(os.environ, VRR_TEST_MARK=mark, VRR_FAKE_CALL_SECONDS="0.05", VRR_FAKE_STUB_CHILD="1",
+               PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-m", "vrr", "generate", "gsm8k_cpu_program_favorable", "--backend", "fake", "--n", "40",
+           "--probe-n", "0", "--set", "K_max=1", "--set", "M=2", "--batch-size", "2", "--run-name", "sig",
+           "--out-root", str(tmp_path), "--no-progress", *extra]
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+RANDOM_SIGNALS = [(target, sig, seed) for seed, (target, sig) in enumerate(
+    [(t, s) for t in ("supervisor", "worker") for s in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)])]
+
+
+@pytest.mark.parametrize("target, sig, seed", RANDOM_SIGNALS,
+                         ids=[f"{t}-{s.name}" for t, s, _ in RANDOM_SIGNALS])
+def test_a_signal_at_a_random_moment_of_a_sandboxed_generation_leaves_nothing(tmp_path, target, sig, seed):
+    """``python -m vrr generate`` with program votes (each vote runs in the sandbox), the fake engine with its
+    stub EngineCore. Once the worker's sandbox is in use (its first host folder appeared), the signal comes after
+    a random delay (seeded). Afterwards: no process, no cgroup, no folder, and the run's lock is free."""
+    mark = uuid.uuid4().hex
+    run = RunProcesses(mark)
+    proc = _generate(tmp_path, mark)
+
+    def sandbox_in_use():
+        workers = run.roles()["worker"]
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        return workers and _owned(workers)
+
+    _wait_for(sandbox_in_use, "the worker never ran a sandboxed vote")
+    time.sleep(random.Random(seed).uniform(0.0, 0.5))
+    pid = proc.pid if target == "supervisor" else run.roles()["worker"][0]
+    os.kill(pid, sig)
+    proc.wait(timeout=PATIENCE)
+    _assert_nothing_left(run)
+    assert _lock_is_free(tmp_path / "sig" / "generate.lock")
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_a_supervisor_killed_while_its_worker_starts_takes_the_worker_along(tmp_path, attempt):
+    """SIGKILL to the supervisor as soon as its worker exists (the worker is still importing): the worker must
+    not run on unsupervised holding the run's lock. It was set a death signal before exec and checks its parent
+    right after; a resume is then not refused."""
+    mark = uuid.uuid4().hex
+    run = RunProcesses(mark)
+    proc = _generate(tmp_path, mark)
+    def worker_started():
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        return run.roles()["worker"]
+
+    _wait_for(worker_started, "no worker started")
+    time.sleep(random.Random(attempt).uniform(0.0, 0.2) * attempt)
+    proc.kill()
+    proc.wait()
+    assert_no_survivor(run, within=PATIENCE)
+    lock = tmp_path / "sig" / "generate.lock"
+    assert not lock.exists() or _lock_is_free(lock)
