@@ -9,12 +9,33 @@ when the judge is heterogeneous across plans; plus an optional disjoint calibrat
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import numpy as np
 
 from .contract import Setting
 from ..core.model import NoiseParams
+
+
+SEED_RULE = "first 4 bytes (big-endian) of SHA-256 of '<setting name>:<seed>'"
+
+
+def simulation_seed(name: str, seed: int) -> int:
+    """The seed a simulated setting draws its arrays with (``SEED_RULE``): a stable hash of the setting's
+    name with the chain's seed (the setting's ``seed`` field), so that no two settings draw the same
+    uniforms and one chain seed still fixes every setting. A 32-bit value, as the settings' ``seed``."""
+    digest = hashlib.sha256(f"{name}:{int(seed)}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def simulation_protocol(cfg: dict[str, Any]) -> dict[str, Any]:
+    """What a simulated setting's arrays are drawn with beyond its YAML, for the resolved protocol and the
+    arrays' meta: the window length, the chain's seed, the derived simulation seed and its rule."""
+    if cfg["kind"] != "simulated":
+        raise ValueError(f"{cfg.get('_path', cfg['name'])}: field 'kind': is {cfg['kind']!r}, not 'simulated'")
+    return {"N": int(cfg["window"]["N"]), "chain_seed": int(cfg["seed"]),
+            "simulation_seed": simulation_seed(cfg["name"], cfg["seed"]), "seed_rule": SEED_RULE}
 
 
 def perturbation_schedule(k_max: int, base: tuple[float, float], perturbed: tuple[float, float],
@@ -89,9 +110,10 @@ def simulate_setting(params: NoiseParams, n: int, k_max: int = 5, M: int = 8, se
 def simulate_from_config(cfg: dict[str, Any], n: int | None = None, seed: int | None = None,
                          probe_n: int | None = None) -> Setting:
     """Draw a simulated setting's arrays from its registered parameters (``vrr.settings.load_config``);
-    ``n``, ``seed`` and ``probe_n`` override the window length, the seed and the probe size."""
-    if cfg["kind"] != "simulated":
-        raise ValueError(f"{cfg.get('_path', cfg['name'])}: field 'kind': is {cfg['kind']!r}, not 'simulated'")
+    ``n``, ``seed`` and ``probe_n`` override the window length, the chain's seed and the probe size. The
+    arrays are drawn with :func:`simulation_seed` of the setting's name and the chain's seed; the meta
+    records both and the rule."""
+    protocol = simulation_protocol(cfg if seed is None else {**cfg, "seed": int(seed)})
     params = NoiseParams(**{k: float(cfg["params"][k]) for k in ("rho0", "rho1", "alpha", "beta", "pi")})
     alpha_t = beta_t = None
     if "schedule" in cfg:
@@ -100,10 +122,11 @@ def simulate_from_config(cfg: dict[str, Any], n: int | None = None, seed: int | 
             cfg["K_max"], (params.alpha, params.beta),
             (float(sched["perturbed"]["alpha"]), float(sched["perturbed"]["beta"])), int(sched["start_round"]))
     meta = {"label": cfg["label"], "task": cfg["task"], "models": cfg["models"],
-            "perturbation": cfg["perturbation"]["regime"], "temperatures": cfg["temperatures"], "shift": cfg["shift"]}
+            "perturbation": cfg["perturbation"]["regime"], "temperatures": cfg["temperatures"], "shift": cfg["shift"],
+            "chain_seed": protocol["chain_seed"], "seed_rule": protocol["seed_rule"]}
     return simulate_setting(
         params, n=int(n or cfg["window"]["N"]), k_max=int(cfg["K_max"]), M=int(cfg["M"]),
-        seed=int(cfg["seed"] if seed is None else seed), alpha_t=alpha_t, beta_t=beta_t,
+        seed=protocol["simulation_seed"], alpha_t=alpha_t, beta_t=beta_t,
         judge_concentration=cfg.get("judge_concentration"),
         probe_n=int(cfg["probe"]["n"] if probe_n is None else probe_n), probe_M=int(cfg["probe"]["M"]),
         name=cfg["name"], extra_meta=meta)
