@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from vrr.loop.config import NON_PROTOCOL_KEYS, WINDOW_KEYS, RunConfig, from_stored, protocol_differences, run_config
+from vrr.loop.verifiers import JUDGE_MAX_TOKENS, VERIFIER_MAX_TOKENS
 from vrr.settings import SETTINGS_DIR, SettingConfigError, list_settings, load_config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,7 +53,10 @@ def test_real_setting_resolves_to_the_generation_config_field_by_field(name):
     cfg = load_config(name)
     rc = run_config(cfg)
     for field, path in FROM_YAML.items():
-        assert getattr(rc, field) == _get(cfg, path), f"{name}: {field} != {path}"
+        want = _get(cfg, path)
+        if field == "judge_max_tokens" and want is None:   # null: the verifier kind's or the style's default
+            want = VERIFIER_MAX_TOKENS.get(cfg["verifier"]["kind"]) or JUDGE_MAX_TOKENS[cfg["verifier"]["style"]]
+        assert getattr(rc, field) == want, f"{name}: {field} != {path}"
     assert rc.setting == name
 
 
@@ -62,7 +66,7 @@ def test_committed_runs_were_generated_with_what_their_yaml_says(name):
     stored = json.loads((REPO / "data" / "real" / name / "config.json").read_text())
     rc = run_config(load_config(name))
     assert protocol_differences(from_stored(stored), rc) == []
-    for key, value in stored.items():
+    for key, value in vars(from_stored(stored)).items():   # as read: an unset budget is the one the run used
         if key not in WINDOW_KEYS | NON_PROTOCOL_KEYS | {"notes"}:
             assert getattr(rc, key) == value, key
     assert stored["n"] == rc.n  # the committed window is the YAML's window
@@ -333,3 +337,12 @@ def test_votes_from_the_probe_need_a_probe():
                                                  r"first, all"):
         load_config("sim_qwen3b_favorable", overrides={"probe.n": 0, "calibration.vote_rounds": "probe",
                                                         "calibration.method": "binomial_em"})
+
+
+def test_an_unset_judge_budget_reads_as_the_one_the_run_used():
+    """config.json files that leave ``judge_max_tokens`` unset ran with the style's budget of their day (verdict:
+    4 tokens); a setting resolves its budget into the config, the verdict style's default now 16."""
+    stored = json.loads((REPO / "data" / "real" / "gsm8k_cpu_favorable" / "config.json").read_text())
+    assert stored["judge_max_tokens"] is None and from_stored(stored).judge_max_tokens == 4
+    gpu = run_config(load_config("gpu_qwen3b_favorable"))
+    assert load_config("gpu_qwen3b_favorable")["verifier"]["max_tokens"] is None and gpu.judge_max_tokens == 16

@@ -669,7 +669,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 setattr(stored, key, getattr(a, key))
         status = finalize_setting(paths, stored, progress=not a.no_progress)
         store.merge_run_meta(paths)
-        print(summary.run_summary(status, paths, stored, command))
+        print(summary.run_summary(status, paths, stored, command, readability=_readability(paths, stored)))
         if status != "complete":
             gaps = window_gaps(paths, stored)
             if not a.allow_partial:
@@ -685,5 +685,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not a.no_finalize:  # a shard's finalize merges whatever every shard has stored so far
         status = finalize_setting(paths, rc, progress=not a.no_progress)
         store.merge_run_meta(paths)
-    print(summary.run_summary(status, paths, rc, command, shard=a.shard))
+    print(summary.run_summary(status, paths, rc, command, shard=a.shard, readability=_readability(paths, rc)))
     return 0
+
+
+def _readability(paths, cfg) -> list[str]:
+    """The summary's lines on the judge's unparsable votes (``vrr.report.status.judge_readability``)."""
+    from .report.status import judge_readability, readability_lines
+
+    report = judge_readability(paths, cfg)
+    return readability_lines(report) if report else []

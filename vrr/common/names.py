@@ -29,10 +29,12 @@ class ForgivingParser(argparse.ArgumentParser):
             hint = f"; did you mean {' or '.join(near)}?" if near else ""
         unknown = re.search(r"unrecognized arguments: (.*)", message)
         if unknown:
-            options = [o for action in self._every_action() for o in action.option_strings]
-            near = [n for word in unknown.group(1).split() if word.startswith("-")
-                    for n in nearest(word.split("=")[0], options)[:1]]
-            hint = f"; did you mean {' or '.join(near)}?" if near else ""
+            options = {o for action in self._every_action() for o in action.option_strings}
+            words = [w.split("=")[0] for w in unknown.group(1).split() if w.startswith("-")]
+            other = [w for w in words if w in options]      # an option of another subcommand
+            near = [n for w in words if w not in options for n in nearest(w, options)[:1]]
+            hint = "".join([f"; did you mean {' or '.join(near)}?" if near else "",
+                            f"; {', '.join(other)}: an option of another subcommand" if other else ""])
         sys.stderr.write(f"{self.prog}: error: {message}{hint} (--help lists the options)\n")
         raise SystemExit(2)
 

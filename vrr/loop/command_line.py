@@ -63,7 +63,7 @@ def swap_with_own_probe(base: dict, cfg: dict, overrides: dict) -> tuple[dict, d
         if cfg["probe"]["n"] == 0:
             raise SettingConfigError("--probe-n", "probe.n", f"{cfg['_path']} borrows its probe from {owner!r}, "
                                      "which other models voted on; a swapped run makes its own: pass --probe-n N")
-    elif owner and "probe.n" in overrides:
+    elif owner and overrides.get("probe.n", 0) != 0:   # 0: no probe plans here, which holds for a borrower
         raise SettingConfigError("--probe-n", "probe.n", f"{cfg['_path']} borrows its probe from {owner!r}, which sets "
                                  f"its size: pass --probe-n to the run of {owner!r}, or "
                                  "--set probe.from=null to make a probe of this run's own")
@@ -108,3 +108,17 @@ def shard_arg(text: str):
         return store.Shard.parse(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def check_probe_voters(paths: store.RunPaths, cfg: RunConfig) -> None:
+    """A run never borrows a probe that other models made and voted on: a borrowed probe's owner must have the
+    run's generator and judge (its ``config.json``, else its setting), or the run is refused with a
+    :class:`vrr.loop.store.RunStoreError` that says how to give it a probe of its own."""
+    source = probe_source(cfg, paths.dir.parent)
+    if not source or source["own"] or source["generator"] is None:
+        return   # no probe, its own, or an owner that check_probe_owner names
+    if (source["generator"], source["judge"]) != (cfg.model, cfg.judge_model):
+        raise store.RunStoreError(paths.dir, f"field 'probe.from': the probe of {source['owner']!r} was made by "
+                                  f"{source['generator']} and voted on by {source['judge']}; this run's generator "
+                                  f"and judge are {cfg.model} and {cfg.judge_model}. Give it a probe of its own: "
+                                  "--set probe.from=null (with --probe-n N where the setting has none)")

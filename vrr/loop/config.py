@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..settings import SettingConfigError
-from .verifiers import JUDGE_MAX_TOKENS, VERIFIER_MAX_TOKENS
+from .verifiers import JUDGE_MAX_TOKENS, LEGACY_JUDGE_MAX_TOKENS, VERIFIER_MAX_TOKENS
 
 
 @dataclass
@@ -91,7 +91,8 @@ def run_config(cfg: dict, setting: str | None = None) -> RunConfig:
         verifier=cfg["verifier"]["kind"], backend=cfg["engine"]["backend"],
         split=cfg["window"]["split"], start=cfg["window"]["start"], n=cfg["window"]["N"],
         K_max=cfg["K_max"], M=cfg["M"], judge_style=cfg["verifier"]["style"],
-        judge_max_tokens=cfg["verifier"]["max_tokens"], repair_style=cfg["repair"]["style"],
+        judge_max_tokens=cfg["verifier"]["max_tokens"] or VERIFIER_MAX_TOKENS.get(cfg["verifier"]["kind"])
+        or JUDGE_MAX_TOKENS[cfg["verifier"]["style"]], repair_style=cfg["repair"]["style"],
         repair_mode=cfg["repair"]["mode"], gen_temperature=temps["generate"], judge_temperature=temps["judge"],
         repair_temperature=temps["repair"], gen_max_tokens=tokens["generate"], repair_max_tokens=tokens["repair"],
         perturb=pert["edit"], perturb_from_round=pert["from_round"], perturb_to_round=pert["to_round"],
@@ -107,6 +108,10 @@ def from_stored(stored: dict[str, Any], source: str = "config.json") -> RunConfi
     data.setdefault("judge_model", data.get("model"))
     data.setdefault("repairer_model", data.get("model"))
     data.setdefault("verifier", "llm_judge")
+    if data.get("judge_max_tokens") is None and data.get("judge_style") in LEGACY_JUDGE_MAX_TOKENS:
+        # written before budgets were resolved into config.json: the default it ran with
+        data["judge_max_tokens"] = VERIFIER_MAX_TOKENS.get(data["verifier"]) or \
+            LEGACY_JUDGE_MAX_TOKENS[data["judge_style"]]
     known = {f.name for f in dataclasses.fields(RunConfig)}
     unknown = sorted(set(data) - known)
     if unknown:

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..core.model import class_accept_rates
 from . import store
+from .command_line import check_probe_voters
 from .config import RunConfig
 from .engine.roles import ROLES, usage_record
 from .sandbox import redact_record
@@ -316,6 +317,7 @@ def _generate_locked(cfg: RunConfig, paths: store.RunPaths, task: Task, engine, 
             probe_problems = [p for p in probe_all[cfg.probe_start:cfg.probe_start + cfg.probe_n]
                               if probe_window.owns(p.index)]
     store.check_config(paths, cfg)
+    check_probe_voters(paths, cfg)  # a borrowed probe was made and voted on by this run's models
     store.read_run_meta(paths)  # a corrupt run_meta.json stops the run here, before a batch is appended
     # this process holds the lock, so the part files may be repaired (bad lines set aside)
     done_t = {r["index"] for r in store.read_window_records(paths.traj_part, traj_window, repair=True)}

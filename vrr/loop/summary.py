@@ -134,12 +134,13 @@ def _missing_text(kind: str, missing: list[int], count: int | None) -> str:
 
 
 def run_summary(state: str | None, paths: store.RunPaths, cfg: RunConfig, command: GenerateCommand,
-                shard: store.Shard | None = None, swap: str = "") -> str:
+                shard: store.Shard | None = None, swap: str = "", readability: Sequence[str] = ()) -> str:
     """The lines ``python -m vrr generate`` prints on stdout when it ends (see the module docstring).
 
     ``state``: what finalizing returned (``complete``, ``partial``, ``empty``), None when the run was not
     finalized; ``cfg``: the config whose window is reported; ``shard``: the shard this command ran;
-    ``swap``: the model-swap line (:func:`swap_note`), '' without a swap."""
+    ``swap``: the model-swap line (:func:`swap_note`), '' without a swap; ``readability``: the lines that give
+    the unparsable share of the judge's votes and warn above 10 % (``vrr.report.status.readability_lines``)."""
     window = store.stored_window(paths, cfg)
     count = shard_count(paths, shard)
     traj_done = {r["index"] for r in window.traj}
@@ -175,6 +176,7 @@ def run_summary(state: str | None, paths: store.RunPaths, cfg: RunConfig, comman
                        "which generates them)")
     if window.probe_missing:
         missing.append(window.probe_missing)
+    lines += list(readability)
     if missing:
         lines.append("missing: " + "; ".join(missing))
     if state in ("complete", "partial"):

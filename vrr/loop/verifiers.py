@@ -44,25 +44,39 @@ from typing import Sequence
 from ..settings import DETERMINISTIC_VERIFIERS, JUDGE_STYLES, VERIFIER_KINDS
 
 # default generated-token budgets per judge vote: by judge style for the LLM judge, by kind for the
-# verifiers that write something longer than a verdict
-JUDGE_MAX_TOKENS = {"verdict": 4, "check": 96, "reason": 512}
+# verifiers that write something longer than a verdict. The verdict style's 16 tokens hold the sentence a small
+# model writes in place of one word ("The proposed solution is correct.": 7 tokens for SmolLM2); runs whose
+# config.json leaves the budget unset ran with LEGACY_JUDGE_MAX_TOKENS (vrr.loop.config.from_stored).
+JUDGE_MAX_TOKENS = {"verdict": 16, "check": 96, "reason": 512}
+LEGACY_JUDGE_MAX_TOKENS = {"verdict": 4, "check": 96, "reason": 512}
 VERIFIER_MAX_TOKENS = {"llm_asserts": 96, "llm_program": 256, "llm_resolve": 512}
 
 _ACC = re.compile(r"\b(ACCEPT(?:ED)?|CORRECT)\b", re.I)
 _REJ = re.compile(r"\b(REJECT(?:ED)?|INCORRECT|WRONG|NOT\s+CORRECT)\b", re.I)
+# the one-word verdict style also reads the forms small models write in its place ("valid", "isn't correct")
+_ACC_WORD = re.compile(r"\b(ACCEPT(?:ED|ABLE)?|CORRECT|VALID)\b", re.I)
+_REJ_WORD = re.compile(r"\b(REJECT(?:ED)?|INCORRECT|INVALID|WRONG|(?:NOT|ISN'T|IS\s+NOT)\s+(?:CORRECT|VALID|ACCEPTABLE))\b",
+                       re.I)
+# a reply that opens with yes or no (a small model's "Yes, the proposed solution ..."): the opening word decides
+_OPENING = re.compile(r"^\W*(YES|NO|TRUE|FALSE)\b(?!\s+(?:ERRORS?|ISSUES?|PROBLEMS?|MISTAKES?)\b)", re.I)
 _VERDICT_LINE = re.compile(r"VERDICT\s*[:\-]?\s*\**\s*(ACCEPT|REJECT)", re.I)
 
 
 def parse_verdict(text: str | None, style: str = "verdict") -> int | None:
     """1 = accept, 0 = reject, None = unparsable (callers count None as a rejection).
 
-    ``verdict``: the first ACCEPT/REJECT-like word. ``check``/``reason``: the last
-    ``VERDICT: X`` line; if missing, the last ACCEPT/REJECT word in the final 80 characters.
+    ``verdict``: an opening yes/no (true/false), else the first accept- or reject-like word or phrase
+    ("ACCEPT", "correct", "valid"; "REJECT", "incorrect", "wrong", "invalid", "not correct", "isn't valid").
+    ``check``/``reason``: the last ``VERDICT: X`` line; if missing, the last ACCEPT/REJECT-like word in the
+    final 80 characters. The forms read are those small models write (``tests/test_judge_readability.py``).
     """
     if not text:
         return None
     if style == "verdict":
-        a, r = _ACC.search(text), _REJ.search(text)
+        opening = _OPENING.match(text)
+        if opening:
+            return int(opening.group(1).upper() in ("YES", "TRUE"))
+        a, r = _ACC_WORD.search(text), _REJ_WORD.search(text)
         if a and (not r or a.start() < r.start()):
             # "INCORRECT" contains "CORRECT" only without word boundary; \b guards it
             return 1

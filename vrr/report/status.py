@@ -72,6 +72,7 @@ def run_status(paths: store.RunPaths, cfg: RunConfig, labels: bool = True) -> di
         "outputs": {name: path.exists() for name, path in
                     (("arrays.npz", paths.arrays), ("arrays.partial.npz", paths.arrays_partial))},
         "labels": None,
+        "readability": judge_readability(paths, cfg, stored),
     }
     if labels and stored.traj:
         setting = build_setting(cfg, stored.traj, stored.probe or None)
@@ -164,6 +165,8 @@ def format_status(st: dict) -> str:
     check = lab.get("calibration_check")
     lines.append("    " + (check_summary_line(check) if check else
                           "calibration check: no labeled probe stored yet (or M < 3), nothing to check against"))
+    if st.get("readability"):
+        lines += ["  " + line for line in readability_lines(st["readability"])]
     return "\n".join(lines)
 
 
@@ -179,3 +182,108 @@ def window_gaps(paths, cfg) -> str:
             missing_instances(probe_part, window.probe_want, [r["index"] for r in window.probe]),
             window.probe_missing]
     return "; ".join(gap for gap in gaps if gap)
+
+
+# --------------------------------------------------------------------------- the judge's readability
+READABILITY_WARN = 0.10   # above this share of unreadable votes the summary and status warn
+COMMON_REPLIES = 3        # the most common unparsed replies a warning quotes
+REPLY_CHARS = 60          # of each, its first characters
+
+
+def judge_readability(paths, cfg: RunConfig, window=None) -> dict | None:
+    """How many of the stored votes no verdict could be read from, per round of the window and for the probe,
+    with the most common unparsed replies; and the plans the generator (round 0) and the repairer (rounds >= 1)
+    left cut at their token budget or without an answer. Read from the stored texts as the label step reads
+    them (``vrr.label.labeling.round_verdicts``).
+
+    An unparsable vote enters the arrays, and so the calibration, as a rejection (the paper's runs did the
+    same; ``docs/engine.md``): where the share is high, the J, alpha and beta fitted from the window describe
+    the parser, not the judge, and ``warn`` is set (share above :data:`READABILITY_WARN`). None before any
+    record is stored. ``paths``: the run's :class:`vrr.loop.store.RunPaths` or folder; ``window``: its
+    records when already read (:func:`vrr.loop.store.stored_window`)."""
+    from collections import Counter
+
+    from ..label.labeling import round_verdicts
+    from ..loop.tasks import get_task
+    from ..loop.verifiers import make_verifier
+
+    window = window or stored_window(paths, cfg, store.run_paths(paths).dir.parent)
+    if not window.traj and not window.probe:
+        return None
+    task = get_task(cfg.dataset)
+    verifier = make_verifier(cfg.verifier, cfg.judge_style, cfg.judge_tokens(), cfg.judge_temperature)
+    replies: Counter = Counter()
+
+    def unread(record: dict) -> tuple[int, int]:
+        texts = record.get("judge") or []
+        parsed = round_verdicts(verifier, task, record, texts)
+        for text, verdict in zip(texts, parsed):
+            if verdict is None:
+                replies[" ".join(str(text or "").split())[:REPLY_CHARS]] += 1
+        return sum(v is None for v in parsed), len(parsed)
+
+    by_round: list[list[int]] = []
+    plans = {"generator": [0, 0, 0], "repairer": [0, 0, 0]}   # plans, cut at the budget, without an answer
+    for record in window.traj:
+        for k, rd in enumerate(record["rounds"]):
+            while len(by_round) <= k:
+                by_round.append([0, 0])
+            u, n = unread(rd)
+            by_round[k][0] += u
+            by_round[k][1] += n
+            role = plans["generator" if k == 0 else "repairer"]
+            role[0] += 1
+            role[1] += int(rd.get("finish") == "length")
+            role[2] += int("answer" in rd and rd["answer"] is None)
+    probe = [unread(r) for r in window.probe]
+    window_u, window_n = sum(u for u, _ in by_round), sum(n for _, n in by_round)
+    probe_u, probe_n = sum(u for u, _ in probe), sum(n for _, n in probe)
+
+    def share(u, n):
+        return u / n if n else None
+
+    shares = [s for s in (share(window_u, window_n), share(probe_u, probe_n)) if s is not None]
+    return {
+        "judge": {"model": cfg.judge_model, "style": cfg.judge_style, "max_tokens": cfg.judge_tokens(),
+                  "window": {"unparsable": window_u, "votes": window_n, "share": share(window_u, window_n)},
+                  "by_round": [share(u, n) for u, n in by_round],
+                  "probe": {"unparsable": probe_u, "votes": probe_n, "share": share(probe_u, probe_n),
+                            "from": cfg.probe_from},
+                  "common_unparsed": [[text, count] for text, count in replies.most_common(COMMON_REPLIES)]},
+        **{role: {"plans": p, "truncated_share": share(c, p), "without_answer_share": share(a, p)}
+           for role, (p, c, a) in plans.items()},
+        "warn": any(s > READABILITY_WARN for s in shares),
+        "counted_as": "rejection",
+    }
+
+
+def _pct(value) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f} %"
+
+
+def readability_lines(r: dict) -> list[str]:
+    """:func:`judge_readability` as the lines the ``generate`` summary and ``vrr status`` print: the unparsable
+    share of the judge's votes (window, per round, probe), and above :data:`READABILITY_WARN` a warning that
+    quotes the most common unparsed replies and says how the votes were counted."""
+    j, j_window = r["judge"], r["judge"]["window"]
+    text = (f"judge votes unparsable: {_pct(j_window['share'])} of {j_window['votes']} in the window "
+            f"(by round: {' '.join(_pct(s).replace(' %', '%') for s in j['by_round'])})")
+    if j["probe"]["votes"]:
+        text += f", {_pct(j['probe']['share'])} of {j['probe']['votes']} on the probe"
+    lines = [text]
+    if r["warn"]:
+        quoted = "; ".join(f"{t!r} x{c}" for t, c in j["common_unparsed"])
+        lines.append(f"warning: more than {READABILITY_WARN:.0%} of {j['model']}'s votes ({j['style']} style, "
+                     f"{j['max_tokens']} tokens) could not be read and count as rejections, so the J, alpha and "
+                     f"beta fitted from them describe the parser, not the judge. Most common: {quoted}. Raise "
+                     "verifier.max_tokens, choose another verifier.style, or another judge")
+    return lines
+
+
+def readability_note(r: dict) -> str:
+    """A footnote for a stopping table: the unparsable share of the judge's votes (window, probe)."""
+    j = r["judge"]
+    note = f"judge votes unparsable (counted as rejections): {_pct(j['window']['share'])} of the window's"
+    if j["probe"]["votes"]:
+        note += f", {_pct(j['probe']['share'])} of the probe's"
+    return note + (f" (above {READABILITY_WARN:.0%}: the calibration describes the parser)" if r["warn"] else "")

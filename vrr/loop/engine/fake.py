@@ -5,7 +5,9 @@ It answers the same ``chat(conversations, temperature, max_tokens, n)`` calls as
 
 * generator: a correct plan for problems with an even index, a wrong one for odd indices;
 * judge: on a correct plan, votes m = 0, 2, 4, ... accept; on a wrong plan, m = 0, 4, 8, ...
-  accept (so the judge discriminates, J = 0.25);
+  accept (so the judge discriminates, J = 0.25). A judge model whose name starts with ``prose`` writes the same
+  verdicts as a small model does, in a sentence ("The proposed solution is correct."), cut after ``max_tokens``
+  words as a token budget cuts it;
 * repairer: flips the plan's correctness;
 * test writer (the ``llm_asserts`` verifier): the task's shown test, for every vote;
 * program writer (the ``llm_program`` verifier): a program printing the right answer for even votes
@@ -93,8 +95,12 @@ class FakeEngine:
             role = self.task.prompts.role_of(conv)
             if role == "judge":
                 ok = self._correct(plan_of(conv), problem)
-                outs.append(["ACCEPT" if (ok and m % 2 == 0) or (not ok and m % 4 == 0) else "REJECT"
-                             for m in range(n)])
+                verdicts = [(ok and m % 2 == 0) or (not ok and m % 4 == 0) for m in range(n)]
+                if self.model.startswith("prose"):
+                    outs.append([" ".join(f"The proposed solution is {'correct' if v else 'incorrect'}, as the "
+                                          "steps above show.".split()[:max_tokens]) for v in verdicts])
+                else:
+                    outs.append(["ACCEPT" if v else "REJECT" for v in verdicts])
             elif role == "repairer":
                 ok = self._correct(plan_of(conv), problem)
                 outs.append([self._plan(problem, not ok)] * n)
