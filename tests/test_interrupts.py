@@ -201,3 +201,54 @@ def test_a_supervisor_killed_while_its_worker_starts_takes_the_worker_along(tmp_
     assert_no_survivor(run, within=PATIENCE)
     lock = tmp_path / "sig" / "generate.lock"
     assert not lock.exists() or _lock_is_free(lock)
+
+
+# --------------------------------------------------------------------------- the run lock and the runner's start
+HOLD_LOCK = """
+import sys
+from pathlib import Path
+from vrr.loop.store import run_lock
+with run_lock(Path(sys.argv[1])):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_run_lock_left_by_a_killed_holder_is_taken_and_reported(tmp_path, capfd):
+    """The kernel frees a SIGKILLed holder's flock, but its record stays in the file: the next holder says whose
+    lock it found (pid), then records itself."""
+    from vrr.loop.store import run_lock
+
+    lock = tmp_path / "generate.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert holder.stdout.readline() == "held\n"
+    holder.kill()
+    holder.wait()
+    with run_lock(lock) as me:
+        assert me["pid"] == os.getpid()
+    err = capfd.readouterr().err
+    assert f"pid {holder.pid}" in err and "stopped without releasing" in err
+    with run_lock(lock):   # a lock released normally leaves no record: nothing to report
+        pass
+    assert "stopped without releasing" not in capfd.readouterr().err
+
+
+def test_a_notebook_runner_that_starts_after_make_died_stops_at_once(tmp_path):
+    """make exports its pid (VRR_MAKE_PID); a runner whose make is already gone when it asks for its death
+    signal (the kernel would never send it) stops before it starts a kernel, and writes nothing."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1")]
+    nb.cells[0].metadata["tags"] = ["parameters"]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "quick.ipynb")
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "vrr", "notebook", str(tmp_path / "quick.ipynb"), str(out / "quick.ipynb")],
+                       cwd=REPO, env=dict(os.environ, VRR_MAKE_PID=str(dead.pid)), capture_output=True, text=True,
+                       timeout=PATIENCE)
+    assert r.returncode != 0
+    assert not out.exists() or not [p for p in out.rglob("*") if p.suffix == ".ipynb"]

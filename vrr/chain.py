@@ -419,7 +419,12 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
 
     for s in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, stop)
-    die_with_parent(signal.SIGTERM)
+    try:
+        die_with_parent(signal.SIGTERM)
+    except KeyboardInterrupt:
+        print(f"INTERRUPTED: {runs[0].output} (the parent had already stopped; nothing run)", file=sys.stderr,
+              flush=True)
+        return 130
     papermill = _import_papermill()
     from jupyter_client.manager import KernelManager
 
