@@ -74,17 +74,33 @@ def test_simple_policies_and_validity():
 def test_algorithm1_modes():
     S = np.array([[1, 8, 1, 1], [8, 8, 8, 8]])
     kw = dict(rho0=0.2, rho1=0.1, alpha=0.3, beta=0.4, pi=0.5, delta=5)
-    # radius 0 + stop mode: identical to VRR-Stop
-    a1 = P.algorithm1(S, M, radius=0.0, stop_mode=True, **kw)
+    # the paper's pseudocode, radius 0 + stop mode: identical to VRR-Stop
+    a1 = P.algorithm1_paper(S, M, radius=0.0, stop_mode=True, **kw)
     vs = P.vrr_stop(S, M, 0.2, 0.1, 0.3, 0.4, 0.5)
     assert a1.committed.tolist() == vs.committed.tolist()
     # guard mode from the start: keep-best incumbent, full budget
-    g = P.algorithm1(S, M, radius=0.0, stop_mode=False, **kw)
+    g = P.algorithm1_paper(S, M, radius=0.0, stop_mode=False, **kw)
     assert g.committed.tolist() == P.vrr_guard(S, 5).committed.tolist()
     assert g.rounds_used.tolist() == [3, 3]
-    # a huge radius makes the sign unidentifiable at round 0 -> switch to Guard
-    h = P.algorithm1(S, M, radius=10.0, stop_mode=True, **kw)
+    # a huge radius makes the sign unidentifiable at round 0 -> the paper's switch to Guard
+    h = P.algorithm1_paper(S, M, radius=10.0, stop_mode=True, **kw)
     assert h.committed.tolist() == [1, 0]
+
+
+def test_deployed_algorithm1_keeps_its_mode_for_the_whole_trajectory():
+    """Stop mode is VRR-Stop (commit round and repairs run), Guard mode is VRR-Guard, per instance; no radius
+    can switch a Stop-mode trajectory to Guard."""
+    rng = np.random.default_rng(5)
+    S = rng.integers(0, M + 1, (400, 6))
+    stop = rng.random(400) < 0.5
+    p = dict(rho0=0.3, rho1=0.2, alpha=0.35, beta=0.25, pi=0.5)
+    out = P.algorithm1(S, M, stop_mode=stop, delta=3, **p)
+    vs, vg = P.vrr_stop(S, M, **p), P.vrr_guard(S, 3)
+    assert out.committed.tolist() == np.where(stop, vs.committed, vg.committed).tolist()
+    assert out.rounds_used.tolist() == np.where(stop, vs.rounds_used, vg.rounds_used).tolist()
+    # the paper's version with any positive radius differs on this sample (it switches mid-trajectory)
+    paper = P.algorithm1_paper(S, M, radius=np.full(S.shape, 0.3), stop_mode=stop, delta=3, **p)
+    assert np.any(paper.committed != out.committed)
 
 
 def algorithm1_literal(S_row, M, p, radius_row, stop, delta, tau=0.0):
@@ -114,7 +130,7 @@ def test_algorithm1_matches_literal_pseudocode_with_mid_trajectory_switches():
     radius = rng.uniform(0, 0.4, (600, 6))
     stop = rng.random(600) < 0.7
     p = dict(rho0=0.35, rho1=0.2, alpha=0.4, beta=0.3, pi=0.55)
-    out = P.algorithm1(S, M, radius=radius, stop_mode=stop, delta=3, **p)
+    out = P.algorithm1_paper(S, M, radius=radius, stop_mode=stop, delta=3, **p)
     ref = [algorithm1_literal(list(map(int, S[i])), M, p, radius[i], bool(stop[i]), 3) for i in range(600)]
     assert out.committed.tolist() == [c for c, _ in ref]
     assert out.rounds_used.tolist() == [u for _, u in ref]

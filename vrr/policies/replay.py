@@ -7,6 +7,7 @@ and returns per-instance outcomes (for paired tests) plus the summary V, <K>.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -20,7 +21,7 @@ from ..calibration.estimators import CrossFit, EstimatorOptions, crossfit
 from ..data.contract import Setting
 from ..calibration.identifiability import labeled_j_diagnostic
 from ..calibration.estimators import MIN_VOTES, PROBE_METHODS
-from .mode import algorithm1_mode
+from .mode import algorithm1_mode, labeled_replay, paper_mode
 from ..settings import reads_probe
 
 TPM = "TPM reference"
@@ -167,11 +168,13 @@ def j_diagnostic(setting: Setting, folds: np.ndarray, fold: int | None, config: 
         return float("nan")
 
 
-def fold_check(setting: Setting, cf: CrossFit, fold: int | None, config: ReplayConfig) -> dict | None:
-    """The calibration check (``vrr.calibration.check``) of one fold's calibration sample: the label-free EM on
-    its training instances' round-0 votes against the labeled probe (``fold=None``: all instances). The check
-    the fold's fit already ran (``semisupervised_checked``) is reused. None where there is nothing to check
-    against (no labeled probe) or the label-free EM is not identifiable (M < 3)."""
+def fold_check(setting: Setting, cf: CrossFit, fold: int | None, config: ReplayConfig, fit=None) -> dict | None:
+    """The calibration checks of one fold's calibration sample (``fold=None``: all instances, ``fit`` their
+    calibration): the label-free EM on its training instances' round-0 votes against the labeled probe, as the
+    decision check (``vrr.calibration.decision_check.checked_record``, its verdict) with the Wald check
+    (``vrr.calibration.check``) as a diagnostic. The check the fold's fit already ran (``semisupervised_checked``)
+    is reused. None where there is nothing to check against (no labeled probe) or the label-free EM is not
+    identifiable (M < 3)."""
     if fold is not None and cf.fits[fold].check is not None:
         return cf.fits[fold].check
     if setting.probe_S is None or setting.probe_y is None or setting.M < MIN_VOTES["binomial_em"]:
@@ -181,9 +184,13 @@ def fold_check(setting: Setting, cf: CrossFit, fold: int | None, config: ReplayC
     train = np.ones(setting.S.shape[0], dtype=bool) if fold is None else cf.folds != fold
     opts = config.estimator
     seed = config.seed + (0 if fold is None else fold)
-    return calibration_check(setting.S[train, 0], setting.M, setting.probe_S, setting.probe_y, setting.probe_M,
+    from ..calibration.decision_check import checked_record
+
+    wald = calibration_check(setting.S[train, 0], setting.M, setting.probe_S, setting.probe_y, setting.probe_M,
                              level=opts.check_level, n_boot=opts.check_replicates, seed=seed,
                              em_restarts=opts.em_restarts, em_tol=opts.em_tol, em_max_iter=opts.em_max_iter).as_dict()
+    p = (cf.fits[fold] if fit is None else fit).params
+    return checked_record(wald, setting.S[train], setting.M, p.alpha, p.beta, p.pi)
 
 
 def fold_parameter_draws(setting: Setting, cf: CrossFit, fold: int | None, config: ReplayConfig,
@@ -223,16 +230,64 @@ def algorithm1_inputs(setting: Setting, cf: CrossFit, config: ReplayConfig) -> d
     else:
         diags = [j_diagnostic(setting, cf.folds, f, config) for f in range(config.n_folds)]
     checks = [fold_check(setting, cf, f, config) for f in range(config.n_folds)]
-    modes = [algorithm1_mode(j, config.j_min, c) for j, c in zip(diags, checks)]
+    modes = [paper_mode(j, config.j_min) for j in diags]
     stop_mode = np.array([m == "stop" for m, _ in modes])[cf.folds]
     return {"g_hat": g_hat, "radius": radius, "radius_low": radius_low, "stop_mode": stop_mode, "j_per_fold": diags,
             "checks": checks, "modes": modes, "draws": draws}
 
 
+def algorithm1_fold_plan(setting: Setting, fit, check: dict | None, j_hat: float, train: np.ndarray,
+                         config: ReplayConfig) -> dict:
+    """Algorithm 1 as deployed on one calibration sample (the instances ``train`` and their ``fit``): the rates it
+    decides with, the decision check behind them, the labeled replay of both modes and the mode.
+
+    Where the labeled probe can check the fit (``check``: the fold's calibration check with the label-free EM's and
+    the probe's rates; binomial likelihood), the decision check (``vrr.calibration.decision_check``: VRR-Stop's
+    commit rounds on the sample's vote trajectories under the label-free rates against the labeled ones) runs, and
+    where it rejects the labeled probe's rates are used. Both modes are then replayed on the sample's labeled
+    trajectories with those rates (:func:`vrr.policies.mode.labeled_replay`) and the mode is
+    :func:`vrr.policies.mode.algorithm1_mode`'s. Returns ``params`` (keyword arguments of ``rules.algorithm1``),
+    ``decision_check``, ``replay``, ``labeled_rates``, ``mode`` and ``reason``."""
+    S, y, M = setting.S[train], setting.y[train], setting.M
+    names = ("rho0", "rho1", "alpha", "beta", "pi") + (("phi0", "phi1") if config.likelihood != "binomial" else ())
+    fitted = fit.as_kwargs()
+    params = {name: float(fitted[name]) for name in names}
+    labeled = config.method == "labeled_mle"
+    decision = None if check is None else check.get("decision")
+    if decision is not None and not decision["passed"]:
+        labeled = True
+        if config.method != "semisupervised_checked" and config.likelihood == "binomial":
+            # the checked calibration already fit the labels where it rejects; any other switches here
+            params.update(rho0=float(check["rho0_labeled"]), rho1=float(check["rho1_labeled"]))
+    replayed = labeled_replay(S, y, M, params, config.delta, config.tau)
+    mode, reason = algorithm1_mode(j_hat, config.j_min, decision, replay=replayed, labeled_rates=labeled)
+    return {"params": params, "decision_check": decision, "replay": replayed, "labeled_rates": labeled,
+            "mode": mode, "reason": reason}
+
+
+def algorithm1_plan(setting: Setting, cf: CrossFit, config: ReplayConfig, checks: list | None = None,
+                    diags: list | None = None) -> dict:
+    """:func:`algorithm1_fold_plan` of every cross-fit fold (each fold's calibration, check and J-hat, on its
+    training instances), mapped to the instances: ``params`` (per-instance keyword arguments of
+    ``rules.algorithm1``), ``stop_mode`` [N], and per fold ``decision_checks``, ``replays``, ``modes``."""
+    n_folds = len(cf.fits)
+    if checks is None:
+        checks = [fold_check(setting, cf, f, config) for f in range(n_folds)]
+    if diags is None:
+        diags = [j_diagnostic(setting, cf.folds, f, config) for f in range(n_folds)]
+    plans = [algorithm1_fold_plan(setting, fit, checks[f], diags[f], cf.folds != f, config)
+             for f, fit in enumerate(cf.fits)]
+    params = {name: np.array([p["params"][name] for p in plans])[cf.folds] for name in plans[0]["params"]}
+    stop_mode = np.array([p["mode"] == "stop" for p in plans])[cf.folds]
+    return {"params": params, "stop_mode": stop_mode, "decision_checks": [p["decision_check"] for p in plans],
+            "replays": [p["replay"] for p in plans], "labeled_rates": [p["labeled_rates"] for p in plans],
+            "modes": [(p["mode"], p["reason"]) for p in plans], "j_per_fold": diags, "checks": checks}
+
 LABEL_FREE = "VRR-Stop (label-free EM)"
+ALGORITHM1_PAPER = "Algorithm 1 (paper)"
 DEFAULT_POLICIES = ("No repair", "Majority stopping", "ConfStop", "Fixed", "Accepted-first",
                     "Last-accepted", "Verifier-best", "VRR-Stop", LABEL_FREE, "VRR-Guard", "Algorithm 1",
-                    TPM, "Hindsight best")
+                    ALGORITHM1_PAPER, TPM, "Hindsight best")
 # replayed on request (``policies=DEFAULT_POLICIES + EXTRA_POLICIES``): VRR-Stop with round-dependent
 # alpha_t, beta_t (vrr.calibration.round_dynamics; vrr.report.table_round_dynamics)
 EXTRA_POLICIES = ("VRR-Stop-t", "TPM-t")
@@ -304,15 +359,25 @@ def replay(setting: Setting, config: ReplayConfig = ReplayConfig(),
         elif name == "VRR-Guard":
             out[name] = P.vrr_guard(S, config.delta)
         elif name == "Algorithm 1":
+            plan = algorithm1_plan(setting, cf, config, checks=extras.get("calibration_check_per_fold"),
+                                   diags=extras.get("j_diagnostic_per_fold"))
+            extras["j_diagnostic_per_fold"] = plan["j_per_fold"]
+            extras["calibration_check_per_fold"] = plan["checks"]
+            extras["decision_check_per_fold"] = plan["decision_checks"]
+            extras["labeled_replay_per_fold"] = plan["replays"]
+            extras["algorithm1_mode_per_fold"] = [{"mode": m, "reason": r} for m, r in plan["modes"]]
+            out[name] = P.algorithm1(S, M, stop_mode=plan["stop_mode"], delta=config.delta, tau=config.tau,
+                                     **plan["params"])
+        elif name == ALGORITHM1_PAPER:
             alg = algorithm1_inputs(setting, cf, config)
             extras["j_diagnostic_per_fold"] = alg["j_per_fold"]
             extras["calibration_check_per_fold"] = alg["checks"]
-            extras["algorithm1_mode_per_fold"] = [{"mode": m, "reason": r} for m, r in alg["modes"]]
+            extras["algorithm1_paper_mode_per_fold"] = [{"mode": m, "reason": r} for m, r in alg["modes"]]
             half = (alg["radius"] + alg["radius_low"]) / 2.0
             extras["error_radius_mean"] = float(half.mean())
             extras["error_radius_median"] = float(np.median(half))
-            out[name] = P.algorithm1(S, M, radius=alg["radius"], radius_low=alg["radius_low"],
-                                     stop_mode=alg["stop_mode"], delta=config.delta, tau=config.tau, **est)
+            out[name] = P.algorithm1_paper(S, M, radius=alg["radius"], radius_low=alg["radius_low"],
+                                           stop_mode=alg["stop_mode"], delta=config.delta, tau=config.tau, **est)
         elif name == "VRR-Stop-t":
             from ..calibration.round_dynamics import crossfit_round_rates
             alpha_t, beta_t, fits = crossfit_round_rates(y, cf, max_pairs=config.max_pairs, seed=config.seed)
@@ -438,7 +503,14 @@ def controller_parameters(path: str | os.PathLike, fold: int | None = None, arra
         if wants_mode and "j_hat" not in options:
             out["j_hat"] = j_diagnostic(setting, cf.folds, fold, config)
         if wants_mode and "check" not in options:
-            out["check"] = fit.check if fit.check is not None else fold_check(setting, cf, fold, config)
+            out["check"] = fit.check if fit.check is not None else fold_check(setting, cf, fold, config, fit=fit)
+        if wants_mode and "mode_evidence" not in options:
+            # Algorithm 1's mode and rates as replay runs them (algorithm1_fold_plan) on the calibration instances
+            train = np.ones(setting.S.shape[0], dtype=bool) if fold is None else cf.folds != fold
+            plan = algorithm1_fold_plan(setting, fit, out.get("check"), out.get("j_hat", options.get("j_hat")),
+                                        train, config)
+            out.update({k: plan["params"][k] for k in ("rho0", "rho1")})
+            out["mode_evidence"] = {"labeled_rates": plan["labeled_rates"], "replay": plan["replay"]}
     else:
         if fold is None:
             raise ValueError(f"{path}: field 'arrays_path': refitting on all instances needs the setting's "

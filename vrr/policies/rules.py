@@ -177,9 +177,37 @@ def hindsight_best(y) -> PolicyOutcome:
     return _full_budget(np.where(y.any(axis=1), y.argmax(axis=1), 0), y.shape[1] - 1, reads_votes=False)
 
 
-def algorithm1(S, M: int, rho0, rho1, alpha, beta, pi, radius, stop_mode,
+def algorithm1(S, M: int, rho0, rho1, alpha, beta, pi, stop_mode, delta: int = 5, tau: float = 0.0,
+               phi0=None, phi1=None) -> PolicyOutcome:
+    """Algorithm 1 as this repository deploys it (App. A; ``vrr.policies.mode`` chooses the mode).
+
+    Line 1 chooses a mode per calibration (``stop_mode``, bool, scalar or per instance); the mode then holds for the
+    whole trajectory. Stop mode runs VRR-Stop's rule (Eqs. 5-7, :func:`vrr_stop`): commit p_k at the first round with
+    G-hat_k <= tau. Guard mode spends the budget and commits the keep-best incumbent (Eq. 9, :func:`vrr_guard`).
+
+    The paper's pseudocode (:func:`algorithm1_paper`) also switches a Stop-mode trajectory to Guard at the first
+    round whose gain sign is not identifiable (Eq. 8 fails). That switch is dropped here: where the sign is
+    identifiable, Eq. 8's commit (G-hat_k + B_k^+ <= tau) and repair (G-hat_k - B_k^- > tau) agree with the sign of
+    G-hat_k, so every such action is the one Prop. 1 covers; where it is not, acting on G-hat_k keeps VRR-Stop's
+    gain, while Guard's incumbent is mostly p_0 and gives up what repair earned. The guarantee kept: each round at
+    which Eq. 8 holds acts as the true G_k would with probability >= 1 - eta (Prop. 1); the mode, not the round,
+    is where Guard protects against a calibration that cannot be trusted.
+    """
+    S = np.asarray(S)
+    n, rounds = S.shape
+    k_max = rounds - 1
+    stop = np.broadcast_to(np.asarray(stop_mode, dtype=bool), (n,))
+    stop_round = vrr_stop(S, M, rho0, rho1, alpha, beta, pi, tau, phi0, phi1).committed
+    guard_round = keep_best(S, delta)[:, -1]
+    committed = np.where(stop, stop_round, guard_round).astype(np.int64)
+    used = np.where(stop, stop_round, k_max).astype(np.int64)
+    return PolicyOutcome(committed, used)
+
+
+def algorithm1_paper(S, M: int, rho0, rho1, alpha, beta, pi, radius, stop_mode,
                delta: int = 5, tau: float = 0.0, radius_low=None, phi0=None, phi1=None) -> PolicyOutcome:
-    """Algorithm 1 (App. A): VRR-Stop with the guarded fallback, both modes.
+    """Algorithm 1 as the paper's pseudocode writes it (App. A, lines 1-19): VRR-Stop with the guarded fallback,
+    both modes, switching to Guard inside a trajectory. The stopping tables' row "Algorithm 1 (paper)".
 
     ``stop_mode`` (bool, scalar or per instance) is the J_min switch: True where the labeled
     held-out diagnostic gave J-hat >= J_min. ``radius`` is the error radius B_k, [N, K+1]

@@ -97,7 +97,7 @@ def fold_controllers(setting, calibration, config, policy: str, alg_inputs: dict
     parameter draws behind B_k, its J-hat and calibration check (``alg_inputs``:
     :func:`vrr.policies.replay.algorithm1_inputs`, computed here when not given). ``options`` go to the
     controllers (``sequential``, ``error_rate``, ...)."""
-    from .replay import algorithm1_inputs
+    from .replay import algorithm1_inputs, algorithm1_plan
 
     if config.likelihood != "binomial":
         # the online controller filters with Eq. 5's binomial likelihood; phi-less rates would mix two models
@@ -105,6 +105,10 @@ def fold_controllers(setting, calibration, config, policy: str, alg_inputs: dict
                          f"likelihood, and this calibration is {config.likelihood!r}")
     if policy == "algorithm1" and alg_inputs is None:
         alg_inputs = algorithm1_inputs(setting, calibration, config)
+    plan = None
+    if policy == "algorithm1":
+        plan = algorithm1_plan(setting, calibration, config, checks=alg_inputs["checks"],
+                               diags=alg_inputs["j_per_fold"])
     out = []
     for f, fit in enumerate(calibration.fits):
         params = dict(fit.params.as_dict(), M=setting.M, k_max=setting.k_max, policy=policy, delta=config.delta,
@@ -112,7 +116,9 @@ def fold_controllers(setting, calibration, config, policy: str, alg_inputs: dict
         if policy == "algorithm1":
             first = int(np.flatnonzero(calibration.folds == f)[0])
             params["draws"] = {name: d[:, first].tolist() for name, d in alg_inputs["draws"].items()}
+            params.update(rho0=float(plan["params"]["rho0"][first]), rho1=float(plan["params"]["rho1"][first]))
             params.update(eta=config.eta, j_hat=float(alg_inputs["j_per_fold"][f]), j_min=config.j_min,
-                          check=alg_inputs["checks"][f])
+                          check=alg_inputs["checks"][f],
+                          mode_evidence={"labeled_rates": plan["labeled_rates"][f], "replay": plan["replays"][f]})
         out.append(OnlineController.from_parameters(**dict(params, **options)))
     return out

@@ -21,27 +21,31 @@ def default_delta(M: int) -> int:
 
 
 def planned_mode(policy: str, j_hat: float | None = None, j_min: float = 0.10, stop_mode: bool | None = None,
-                 j_ci: tuple | None = None, check=None) -> tuple[str, str]:
+                 j_ci: tuple | None = None, check=None, evidence: dict | None = None) -> tuple[str, str]:
     """The mode a controller starts each problem in, and why: the one definition behind the controller's
     first decision and every calibration report (``CalibrationReport.mode`` / ``reason``).
 
     ``"vrr_stop"``: Stop (Sec. 4.1); ``"vrr_guard"``: Guard (Sec. 4.3); ``"algorithm1"``: the given
-    ``stop_mode``, else :func:`vrr.policies.mode.algorithm1_mode` (Stop when the labeled J-hat >= J_min and the
-    calibration ``check`` passes or there is none, Algorithm 1 line 1), the definition replay uses. Under
-    VRR-Stop or VRR-Guard a J diagnostic and check that would have chosen the other mode are named in the reason.
+    ``stop_mode``, else :func:`vrr.policies.mode.algorithm1_mode` with the labeled J-hat, the calibration
+    ``check`` and the mode ``evidence`` (``{"labeled_rates": bool, "replay": null | {...}}``: whether the rates are
+    labeled, and the labeled replay of both modes where the calibration has trajectories), the definition replay
+    uses. Under VRR-Stop or VRR-Guard an Algorithm 1 that would have chosen the other mode is named in the reason.
     """
     from ..mode import algorithm1_mode
 
-    would, why = (None, "") if j_hat is None else algorithm1_mode(j_hat, j_min, check, j_ci=j_ci)
+    evidence = evidence or {}
+    would, why = (None, "") if j_hat is None else algorithm1_mode(
+        j_hat, j_min, check, j_ci=j_ci, replay=evidence.get("replay"),
+        labeled_rates=bool(evidence.get("labeled_rates", False)))
     if policy == "vrr_stop":
         reason = "VRR-Stop (Sec. 4.1): commit when G-hat_k <= tau"
         if would == "guard":
-            reason += f"; policy 'vrr_stop' as asked, although the {why} (Algorithm 1's mode)"
+            reason += f"; policy 'vrr_stop' as asked, although Algorithm 1 would run Guard ({why})"
         return "stop", reason
     if policy == "vrr_guard":
         reason = "VRR-Guard (Sec. 4.3): full budget, keep-best incumbent (Eq. 9)"
         if would == "stop":
-            reason += f"; policy 'vrr_guard' as asked, although the {why} (Algorithm 1's mode)"
+            reason += f"; policy 'vrr_guard' as asked, although Algorithm 1 would run Stop ({why})"
         return "guard", reason
     if policy != "algorithm1":
         raise ValueError(f"field 'policy': {policy!r} is not one of {POLICIES}")

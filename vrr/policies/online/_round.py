@@ -3,11 +3,12 @@ gain (Eq. 6), the error radii B_k^- and B_k^+ below and above G-hat_k from the b
 (``vrr.calibration.gain_radius``: each draw filters the same votes, and G_k's one-sided percentiles over the draws
 at level 1 - eta bound it), and the step each mode takes.
 
-Stop mode under VRR-Stop commits when G-hat_k <= tau (Eqs. 6-7, ``rules.stop_commits``); under Algorithm 1 it
-commits when G-hat_k + B_k^+ <= tau, repairs when G-hat_k - B_k^- > tau, and otherwise (the sign of the gain is
-not identifiable, Eq. 8, ``rules.algorithm1_step``) switches to Guard mode for the rest of the problem. Guard
-mode spends the whole repair budget and commits the keep-best incumbent (Eq. 9, ``vrr.core.guard``), which is
-also tracked under VRR-Stop when a budget is set. Round K_max always commits.
+Stop mode commits when G-hat_k <= tau (Eqs. 6-7, ``rules.stop_commits``), under VRR-Stop and under Algorithm 1
+alike (``rules.algorithm1``: the mode is chosen per calibration and holds for the problem). Algorithm 1 also
+reports whether the round's sign is identifiable (Eq. 8, ``rules.algorithm1_step``: G-hat_k + B_k^+ <= tau for a
+commit, G-hat_k - B_k^- > tau for a repair), which is where Prop. 1's guarantee covers the action. Guard mode
+spends the whole repair budget and commits the keep-best incumbent (Eq. 9, ``vrr.core.guard``), which is also
+tracked under VRR-Stop when a budget is set. Round K_max always commits.
 """
 from __future__ import annotations
 
@@ -79,24 +80,15 @@ class Round:
                             incumbent, inc_votes, False)
             return Step("repair", incumbent, mode, reason, incumbent, inc_votes, replaced)
         b, g, radius, radius_low, _ = self.evaluate(S, c["M"])
-        if c["policy"] == "vrr_stop":
-            a, _ = repair_rates(c, k)
-            if stop_commits(g, a, c["tau"]):
-                why = "alpha <= tau: repair cannot gain" if a <= c["tau"] else "G-hat_k <= tau (Eqs. 6-7)"
-                return Step("commit", k, mode, why, incumbent, inc_votes, False)
-            if last:
-                return Step("commit", k, mode, "budget exhausted (K_max)", incumbent, inc_votes, False)
-            return Step("repair", k, mode, "G-hat_k > tau (Eqs. 6-7)", incumbent, inc_votes, True)
-        commit, unidentifiable = algorithm1_step(g, radius, c["tau"], radius_low=radius_low)
-        if commit:
-            return Step("commit", k, mode, "G-hat_k + B_k^+ <= tau: stop sign identifiable (Eq. 8)",
-                        incumbent, inc_votes, False)
-        if unidentifiable:
-            why = f"sign not identifiable at round {k} (Eq. 8): Guard mode"
-            if last:
-                return Step("commit", incumbent, "guard", why + "; budget exhausted: keep-best incumbent",
-                            incumbent, inc_votes, False)
-            return Step("repair", incumbent, "guard", why, incumbent, inc_votes, replaced)
+        a, _ = repair_rates(c, k)
+        sign = ""
+        if c["policy"] == "algorithm1":
+            _, unidentifiable = algorithm1_step(g, radius, c["tau"], radius_low=radius_low)
+            sign = ("; sign identifiable (Eq. 8, Prop. 1)" if not unidentifiable else
+                    "; sign not identifiable (Eq. 8): acting on G-hat_k")
+        if stop_commits(g, a, c["tau"]):
+            why = "alpha <= tau: repair cannot gain" if a <= c["tau"] else "G-hat_k <= tau (Eqs. 6-7)"
+            return Step("commit", k, mode, why + sign, incumbent, inc_votes, False)
         if last:
             return Step("commit", k, mode, "budget exhausted (K_max)", incumbent, inc_votes, False)
-        return Step("repair", k, mode, "G-hat_k - B_k^- > tau: repair (Eq. 8)", incumbent, inc_votes, True)
+        return Step("repair", k, mode, "G-hat_k > tau (Eqs. 6-7)" + sign, incumbent, inc_votes, True)
