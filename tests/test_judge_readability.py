@@ -32,7 +32,7 @@ FORMS = [
     ("No errors: the solution is correct.", 1), ("No issues found; it is incorrect", 0),
     # no verdict in it: unparsable (a rejection in the arrays)
     ("The proposed solution is", None), ("To check the solution, we", None), ("ACK", None), ("", None),
-    ("Let me verify step by step", None), ("Nobody", None),
+    ("Let me verify step by step", None), ("Nobody", None), ("no idea", None), ("I am not sure about this one.", None),
 ]
 
 

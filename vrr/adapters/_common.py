@@ -154,7 +154,9 @@ class LoopTrace:
     per role (generator: the first plan; judge: the votes; repairer: every rewrite; tokens None when a call
     came back without usage). ``unparsable`` lists the judge replies no verdict could be read from: each
     counted as a rejection, as the paper's runs and the calibration count them. ``failures`` lists the
-    calls that raised and were retried; ``judge_note`` says why the judge counts as one vote per round;
+    calls that raised and were retried; ``kept_plans`` the repairs whose module could not write its framework's
+    output format (a small model's prose), each judged on the last good plan it kept (its round, the round kept,
+    the error); ``judge_note`` says why the judge counts as one vote per round;
     ``error`` is set when the loop itself raised.
     """
 
@@ -164,6 +166,7 @@ class LoopTrace:
     usage: dict = field(default_factory=dict)
     failures: list[dict] = field(default_factory=list)
     unparsable: list[dict] = field(default_factory=list)
+    kept_plans: list[dict] = field(default_factory=list)
     judge_note: str | None = None
     error: str | None = None
 
@@ -198,6 +201,7 @@ class LoopTrace:
                 "decisions": [round_record(d) for d in self.decisions], "votes": [list(v) for v in self.votes],
                 "usage": {role: dict(row) for role, row in self.usage.items()},
                 "failures": list(self.failures), "unparsable": [dict(u) for u in self.unparsable],
+                "kept_plans": [dict(k) for k in self.kept_plans],
                 "judge_note": self.judge_note, "error": self.error}
 
     def read_vote(self, text, round_: int, parse_vote=None) -> int:

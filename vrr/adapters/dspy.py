@@ -52,6 +52,30 @@ def default_feedback(inputs: dict, prediction: dspy.Prediction, decision: Decisi
             "Check it step by step and give a corrected answer.")
 
 
+class PlainTextAdapter(dspy.ChatAdapter):
+    """DSPy's ``ChatAdapter`` for models too small to write its ``[[ ## field ## ]]`` format: a reply that does
+    not parse fills the signature's last output field with the reply's text, when that field is a string, and
+    the other outputs with '' (a ``ChainOfThought``'s reasoning). Any other reply parses as ``ChatAdapter``'s
+    does. Without the JSON-adapter fallback: one call per module call.
+
+    ``dspy.configure(adapter=PlainTextAdapter())`` (or ``dspy.context``) puts it under the module and the judge
+    alike; the judge's verdict is then read from the text (``trace.unparsable`` lists the replies without one)."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("use_json_adapter_fallback", False)
+        super().__init__(**kwargs)
+
+    def parse(self, signature, completion: str) -> dict:
+        try:
+            return super().parse(signature, completion)
+        except AdapterParseError:
+            outputs = signature.output_fields
+            last = list(outputs)[-1]
+            if outputs[last].annotation is not str:
+                raise
+            return {name: (completion.strip() if name == last else "") for name in outputs}
+
+
 class _RawReply:
     """A judge reply DSPy's adapter could not parse into the signature's fields: its raw text."""
 
@@ -291,6 +315,10 @@ class VRRRefine(dspy.Module):
                 with self._plan_call(run, req) as mod:
                     pred = mod(**run.kwargs)
                 break
+            except AdapterParseError as exc:
+                pred = self._unwritten_plan(run, req, exc)
+                if pred is not None:
+                    break
             except Exception as exc:  # noqa: BLE001 - Refine's fail_count: retry at the next rollout id
                 run.budget.failed(req.role, req.round, exc)
         run.notes = []
@@ -302,10 +330,35 @@ class VRRRefine(dspy.Module):
                 with self._plan_call(run, req) as mod:
                     pred = await mod.acall(**run.kwargs)
                 break
+            except AdapterParseError as exc:
+                pred = self._unwritten_plan(run, req, exc)
+                if pred is not None:
+                    break
             except Exception as exc:  # noqa: BLE001
                 run.budget.failed(req.role, req.round, exc)
         run.notes = []
         return pred
+
+    @staticmethod
+    def _unwritten_plan(run: _Run, req: Plan, exc: AdapterParseError):
+        """A module whose LM did not write DSPy's field format (a small model's prose). A repair keeps the last
+        good plan: the failure is counted in ``trace.kept_plans`` (its round, the round whose plan was kept, the
+        error) and the round is judged on the kept plan, as a repair that changed nothing. The first plan has
+        nothing to keep: it is retried as any failed call (``fail_count``), and the error, once raised, says
+        what to do (:class:`PlainTextAdapter`)."""
+        if req.round > 0 and run.trace.candidates:
+            last = len(run.trace.candidates) - 1
+            last = {k["round"]: k["kept_round"] for k in run.trace.kept_plans}.get(last, last)  # the plan written
+            run.trace.kept_plans.append({"role": req.role, "round": req.round, "kept_round": last,
+                                         "error": describe_error(exc)})
+            run.dspy_traces.append(list(run.dspy_traces[last]))
+            return run.trace.candidates[last].copy()
+        if not getattr(exc, "_vrr_noted", False):
+            exc.add_note("the module's LM did not write DSPy's field format; a small model's prose is read by "
+                         "vrr.adapters.dspy.PlainTextAdapter (docs/adapters.md, 'Small models')")
+            exc._vrr_noted = True
+        run.budget.failed(req.role, req.round, exc)
+        return None
 
     # ------------------------------------------------------------------ one vote
     def _judge_call(self, run: _Run, pred):

@@ -57,8 +57,9 @@ _REJ = re.compile(r"\b(REJECT(?:ED)?|INCORRECT|WRONG|NOT\s+CORRECT)\b", re.I)
 _ACC_WORD = re.compile(r"\b(ACCEPT(?:ED|ABLE)?|CORRECT|VALID)\b", re.I)
 _REJ_WORD = re.compile(r"\b(REJECT(?:ED)?|INCORRECT|INVALID|WRONG|(?:NOT|ISN'T|IS\s+NOT)\s+(?:CORRECT|VALID|ACCEPTABLE))\b",
                        re.I)
-# a reply that opens with yes or no (a small model's "Yes, the proposed solution ..."): the opening word decides
-_OPENING = re.compile(r"^\W*(YES|NO|TRUE|FALSE)\b(?!\s+(?:ERRORS?|ISSUES?|PROBLEMS?|MISTAKES?)\b)", re.I)
+# a reply that opens with yes or no as a word of its own ("Yes, the proposed solution ...", "No."): it decides;
+# "No errors: ..." or "no idea" do not open with an answer
+_OPENING = re.compile(r"^\W*(YES|NO|TRUE|FALSE)\s*(?:[,.!:;]|$)", re.I)
 _VERDICT_LINE = re.compile(r"VERDICT\s*[:\-]?\s*\**\s*(ACCEPT|REJECT)", re.I)
 
 
