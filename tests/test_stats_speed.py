@@ -268,18 +268,22 @@ def test_the_folds_draws_in_one_batch_are_each_folds_draws_alone(method, vote_ro
 
 @pytest.mark.parametrize("method, likelihood, vote_rounds", [("binomial_em", "beta_binomial", "first"),
                                                              ("beta_binomial_em", "binomial", "first"),
-                                                             ("beta_binomial_em", "binomial", "all")])
-def test_the_crossfits_label_free_mixtures_in_one_batch_are_each_folds_fit(method, likelihood, vote_rounds):
-    """crossfit fits the folds' capped beta-binomial mixtures in one batch: each fold's calibration is calibrate on
-    the fold's sample alone, bit for bit."""
+                                                             ("beta_binomial_em", "binomial", "all"),
+                                                             ("semisupervised_em", "beta_binomial", "first"),
+                                                             ("semisupervised_em", "beta_binomial", "all")])
+def test_the_crossfits_mixtures_in_one_batch_are_each_folds_fit(method, likelihood, vote_rounds):
+    """crossfit fits the folds' capped beta-binomial and semi-supervised mixtures in one batch: each fold's
+    calibration is calibrate on the fold's sample alone, bit for bit."""
     from vrr.calibration.estimators import crossfit_folds
 
     rng = np.random.default_rng(23)
     y = rng.random((75, 3)) < 0.5
     S = np.where(y, rng.binomial(8, 0.8, y.shape), rng.binomial(8, 0.3, y.shape))
-    cf = crossfit(S, y, 8, method=method, n_folds=3, seed=4, vote_rounds=vote_rounds, likelihood=likelihood)
+    probe_S, probe_y = _probe(rng, 40, 16)
+    probe = dict(probe_S=probe_S, probe_y=probe_y, probe_M=16) if method.startswith("semi") else {}
+    cf = crossfit(S, y, 8, method=method, n_folds=3, seed=4, vote_rounds=vote_rounds, likelihood=likelihood, **probe)
     folds = crossfit_folds(75, 3, 4)
     for f in range(3):
         alone = calibrate(S[folds != f], y[folds != f], 8, method=method, seed=4 + f, vote_rounds=vote_rounds,
-                          likelihood=likelihood)
+                          likelihood=likelihood, **probe)
         assert repr(alone) == repr(cf.fits[f])

@@ -293,10 +293,11 @@ def label_free_bb_many(samples, M: int, phi_cap: float = 0.3, n_restarts: int = 
     return out
 
 
-def _semisupervised_starts(h_u, M: int, h_v, h_i, M_l: int, n_restarts: int, seed: int) -> np.ndarray:
-    """[1, R, 5]: the labeled classes' beta-binomial fits with the moment weight of the unlabeled mean, then
-    ``n_restarts - 1`` seeded random starts."""
-    lab = labeled_bb_many(np.concatenate([h_v, h_i]), M_l)
+def _semisupervised_starts(h_u, M: int, h_v, h_i, M_l: int, n_restarts: int, seed: int, lab=None) -> np.ndarray:
+    """[1, R, 5]: the labeled classes' beta-binomial fits (``lab``, :func:`labeled_bb_many` of h_v, h_i; fit here
+    when not given) with the moment weight of the unlabeled mean, then ``n_restarts - 1`` seeded random starts."""
+    if lab is None:
+        lab = labeled_bb_many(np.concatenate([h_v, h_i]), M_l)
     mu1 = np.nan_to_num(lab["mean"][0], nan=0.75)
     mu0 = np.nan_to_num(lab["mean"][1], nan=0.25)
     phi1 = np.nan_to_num(lab["phi"][0], nan=0.1)
@@ -316,23 +317,37 @@ def semisupervised_bb(S_unlabeled, M: int, S_labeled, y_labeled, M_labeled: int,
     """Semi-supervised exchangeable-vote mixture (module docstring; Eq. 5's beta-binomial likelihood with the
     probe's labeled plans entering with their class fixed). Returns a ``VoteNoiseFit`` with phi0, phi1 and method
     "semisupervised_bb"."""
-    S_u = np.asarray(S_unlabeled).ravel()
+    return semisupervised_bb_many([S_unlabeled], M, S_labeled, y_labeled, M_labeled, n_restarts=n_restarts,
+                                  seeds=[seed])[0]
+
+
+def semisupervised_bb_many(samples, M: int, S_labeled, y_labeled, M_labeled: int, n_restarts: int = 4,
+                           seeds=(0,)) -> list:
+    """:func:`semisupervised_bb` of each unlabeled vote sample with the same labeled plans and its own seed, the
+    simplices of all of them run as one batch (each fit as alone: the cross-fit folds' fits)."""
     S_l = np.asarray(S_labeled).ravel()
     y_l = np.asarray(y_labeled).ravel().astype(bool)
     if S_l.shape != y_l.shape:
         raise ValueError(f"semisupervised_bb: {S_l.size} labeled vote counts but {y_l.size} labels")
-    if S_u.size == 0 and S_l.size == 0:
+    S_us = [np.asarray(S).ravel() for S in samples]
+    if any(S_u.size == 0 for S_u in S_us) and S_l.size == 0:
         raise ValueError("semisupervised_bb: no votes at all")
-    h_u = histograms([S_u], M)
+    h_u = histograms(S_us, M)
     h_v, h_i = histograms([S_l[y_l]], M_labeled), histograms([S_l[~y_l]], M_labeled)
-    starts = _semisupervised_starts(h_u, M, h_v, h_i, M_labeled, n_restarts, seed)
-    fit = mixture_many(h_u, M, starts, h_v, h_i, M_labeled)
-    w, n_u = float(fit["weight_valid"][0]), float(S_u.size)
-    return VoteNoiseFit(rho0=float(fit["rho0"][0]), rho1=float(fit["rho1"][0]), weight_valid=w,
-                        loglik=float(fit["loglik"][0]), votes_valid=M * n_u * w + M_labeled * float(y_l.sum()),
-                        votes_invalid=M * n_u * (1 - w) + M_labeled * float((~y_l).sum()),
-                        method="semisupervised_bb", converged=bool(fit["converged"][0]),
-                        n_iter=int(fit["n_iter"][0]), phi0=float(fit["phi0"][0]), phi1=float(fit["phi1"][0]))
+    lab = labeled_bb_many(np.concatenate([h_v, h_i]), M_labeled)      # the same labeled plans for every sample
+    starts = np.concatenate([_semisupervised_starts(h_u[r:r + 1], M, h_v, h_i, M_labeled, n_restarts, seed, lab)
+                             for r, seed in enumerate(seeds)])
+    rows = len(S_us)
+    fit = mixture_many(h_u, M, starts, np.repeat(h_v, rows, axis=0), np.repeat(h_i, rows, axis=0), M_labeled)
+    out = []
+    for r, S_u in enumerate(S_us):
+        w, n_u = float(fit["weight_valid"][r]), float(S_u.size)
+        out.append(VoteNoiseFit(rho0=float(fit["rho0"][r]), rho1=float(fit["rho1"][r]), weight_valid=w,
+                                loglik=float(fit["loglik"][r]), votes_valid=M * n_u * w + M_labeled * float(y_l.sum()),
+                                votes_invalid=M * n_u * (1 - w) + M_labeled * float((~y_l).sum()),
+                                method="semisupervised_bb", converged=bool(fit["converged"][r]),
+                                n_iter=int(fit["n_iter"][r]), phi0=float(fit["phi0"][r]), phi1=float(fit["phi1"][r])))
+    return out
 
 
 # ---------------------------------------------------------------- bootstrap refits

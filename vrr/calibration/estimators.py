@@ -254,6 +254,7 @@ def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
     unlabeled and the labeled probe with its classes fixed. alpha, beta come from the (y_0, y_1) pairs,
     pi = mean y_0. ``likelihood="beta_binomial"``: Eq. 5 with exchangeable votes; the vote noise is the method's
     beta-binomial fit (``vrr.calibration.correlated``) and the calibration also carries phi0, phi1.
+    ``votes``: the vote-noise fit, computed elsewhere (a batch of several samples' fits).
     """
     from .correlated import PHI_MAX, check_likelihood
 
@@ -460,6 +461,14 @@ def _crossfit(S, y, M, method, n_folds, seed, vote_rounds, n_calib, probe_S, pro
         votes = label_free_bb_many([S[t, 0] if vote_rounds == "first" else S[t].ravel() for t in trains], M,
                                    phi_cap=options.bb_phi_cap, n_restarts=options.bb_restarts,
                                    seeds=[seed + f for f in range(n_folds)])
+    if (method == "semisupervised_em" and likelihood == "beta_binomial" and vote_rounds in ("first", "all")
+            and probe_S is not None and probe_y is not None and probe_M is not None):
+        # the folds' semi-supervised mixtures in one batch (each fold's fit as alone; calibrate reads them)
+        from .correlated import semisupervised_bb_many
+
+        votes = semisupervised_bb_many([S[t, 0] if vote_rounds == "first" else S[t].ravel() for t in trains], M,
+                                       probe_S, probe_y, int(probe_M), n_restarts=min(options.em_restarts, 4),
+                                       seeds=[seed + f for f in range(n_folds)])
     fits = [calibrate(S[train], y[train], M, method=method, seed=seed + f, vote_rounds=vote_rounds,
                       probe_S=probe_S, probe_y=probe_y, probe_M=probe_M, max_pairs=max_pairs, options=options,
                       votes=votes[f], likelihood=likelihood)

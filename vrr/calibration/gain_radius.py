@@ -22,6 +22,8 @@ measures its coverage on simulated windows with known parameters (docs/integrity
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..core.belief import filter_beliefs, gain
@@ -57,7 +59,15 @@ def parameter_draws(S, y, M: int, n_boot: int = RADIUS_REPLICATES, seed: int = 0
     estimators (``vrr.calibration.correlated``), refit from the point fit, and phi0, phi1 are drawn too."""
     arr = lambda a: None if a is None else np.asarray(a)  # noqa: E731
     return _parameter_draws(np.asarray(S), np.asarray(y), M, n_boot, seed, method, vote_rounds, max_pairs, options,
-                            arr(probe_S), arr(probe_y), probe_M, point, likelihood)
+                            arr(probe_S), arr(probe_y), probe_M, _point_read(point, method), likelihood)
+
+
+def _point_read(point, method: str):
+    """The point fit as the draws read it: its check only under ``semisupervised_checked`` (whose branch it
+    chose), so that a fit with the check attached (05's ablation) and without (calibration.json) share draws."""
+    if point is None or method == "semisupervised_checked" or point.check is None:
+        return point
+    return replace(point, check=None)
 
 
 @memoized
@@ -81,7 +91,7 @@ def parameter_draws_folds(S, y, M: int, folds, n_boot: int = RADIUS_REPLICATES, 
     arr = lambda a: None if a is None else np.asarray(a)  # noqa: E731
     folds = np.asarray(folds)
     n_folds = int(folds.max()) + 1 if folds.size else 0
-    points = list(points) if points is not None else [None] * n_folds
+    points = [_point_read(p, method) for p in points] if points is not None else [None] * n_folds
     return _parameter_draws_folds(np.asarray(S), np.asarray(y), M, folds, n_boot, seed, method, vote_rounds, max_pairs,
                                   options, arr(probe_S), arr(probe_y), probe_M, points, likelihood)
 
@@ -127,15 +137,12 @@ def _draw_plan(S, y, M, n_boot, seed, method, vote_rounds, max_pairs, options, p
         plan["job"] = ("em", (M, options.em_restarts, options.em_tol, options.em_max_iter),
                        vote_histograms([S[idx, 0] for idx in reps], M), [seed] * n_boot)
     elif fit_as == "semisupervised_em" and vote_rounds == "first":
-        from .semisupervised import labeled_vote_stats, semisupervised_em_many
+        from .semisupervised import labeled_vote_stats
 
-        hists = vote_histograms([S[idx, 0] for idx in reps], M)
         lab = np.stack([labeled_vote_stats(np.asarray(probe_S)[p], np.asarray(probe_y)[p], probe_M)
                         for p in probe_reps])
-        fit = semisupervised_em_many(hists, M, lab, n_restarts=min(options.em_restarts, 4), seed=seed,
-                                     tol=options.em_tol, max_iter=options.em_max_iter)
-        plan["votes"] = [VoteNoiseFit(float(a), float(b), float(c), method="semisupervised_em")
-                         for a, b, c in zip(fit["rho0"], fit["rho1"], fit["weight_valid"])]
+        plan["job"] = ("semisupervised_em", (M, min(options.em_restarts, 4), options.em_tol, options.em_max_iter),
+                       vote_histograms([S[idx, 0] for idx in reps], M), [seed] * n_boot, lab)
     elif fit_as == "labeled_probe" or (fit_as == "labeled_mle" and vote_rounds == "probe" and probe_y is not None):
         plan["votes"] = [labeled_mle(np.asarray(probe_S)[p], np.asarray(probe_y)[p], int(probe_M)) for p in probe_reps]
     plan["point"] = point
@@ -154,7 +161,16 @@ def _run_fits(plans: list) -> None:
     for (kind, key), members in groups.items():
         jobs = [plans[i]["job"] for i in members]
         sizes = [len(job[3]) for job in jobs]
-        if kind == "em":
+        if kind == "semisupervised_em":
+            from .semisupervised import semisupervised_em_many
+
+            M, restarts, tol, max_iter = key
+            fit = semisupervised_em_many(np.concatenate([job[2] for job in jobs]), M,
+                                         np.concatenate([job[4] for job in jobs]), n_restarts=restarts,
+                                         seed=[x for job in jobs for x in job[3]], tol=tol, max_iter=max_iter)
+            fits = [VoteNoiseFit(float(a), float(b), float(c), method="semisupervised_em")
+                    for a, b, c in zip(fit["rho0"], fit["rho1"], fit["weight_valid"])]
+        elif kind == "em":
             M, restarts, tol, max_iter = key
             hists = np.concatenate([job[2] for job in jobs])
             chains = binomial_em_chains(hists, M, [x for job in jobs for x in job[3]], n_restarts=restarts, tol=tol,

@@ -75,9 +75,9 @@ def _step(h, M: int, lab, w, p1, p0):
     return clip(w_new), clip(p1_new), clip(p0_new)
 
 
-def _starts(hists, M: int, lab, n_restarts: int, seed: int):
+def _starts(hists, M: int, lab, n_restarts: int, seed):
     """[H, R, 3] starting (w, p1, p0): the labeled rates (the moment weight from the unlabeled mean), then
-    ``n_restarts - 1`` seeded uniform starts."""
+    ``n_restarts - 1`` seeded uniform starts (``seed``: one for every histogram, or one per histogram)."""
     hists = np.asarray(hists, dtype=float)
     a1, v1, a0, v0 = (lab[:, i] for i in range(4))
     p1 = np.clip(np.where(v1 > 0, (a1 + 0.5) / (v1 + 1.0), 0.75), 0.02, 0.98)
@@ -89,16 +89,22 @@ def _starts(hists, M: int, lab, n_restarts: int, seed: int):
     first = np.stack([w, p1, p0], axis=1)[:, None, :]
     if n_restarts <= 1:
         return first
-    rng = np.random.default_rng(seed)
-    rest = rng.uniform([0.1, 0.05, 0.05], [0.9, 0.95, 0.95], size=(n_restarts - 1, 3))
-    return np.concatenate([first, np.broadcast_to(rest, (hists.shape[0],) + rest.shape)], axis=1)
+    draw = lambda x: np.random.default_rng(x).uniform([0.1, 0.05, 0.05], [0.9, 0.95, 0.95],  # noqa: E731
+                                                      size=(n_restarts - 1, 3))
+    if np.ndim(seed) == 0:
+        rest = np.broadcast_to(draw(seed), (hists.shape[0], n_restarts - 1, 3))
+    else:
+        per_seed = {int(x): draw(int(x)) for x in dict.fromkeys(seed)}
+        rest = np.stack([per_seed[int(x)] for x in seed])
+    return np.concatenate([first, rest], axis=1)
 
 
-def semisupervised_em_many(hists, M: int, lab, n_restarts: int = 4, seed: int = 0, tol: float = 1e-10,
+def semisupervised_em_many(hists, M: int, lab, n_restarts: int = 4, seed=0, tol: float = 1e-10,
                            max_iter: int = 2000) -> dict[str, np.ndarray]:
     """:func:`semisupervised_em` for many samples at once: ``hists`` [H, M+1] unlabeled count histograms,
-    ``lab`` [H, 4] labeled statistics (:func:`labeled_vote_stats`). Returns {"rho0", "rho1", "weight_valid",
-    "loglik", "n_iter", "converged"}, each [H], from the restart with the highest log-likelihood."""
+    ``lab`` [H, 4] labeled statistics (:func:`labeled_vote_stats`), ``seed`` the starts' seed of every sample or a
+    list of one per sample. Returns {"rho0", "rho1", "weight_valid", "loglik", "n_iter", "converged"}, each [H], from
+    the restart with the highest log-likelihood."""
     hists = np.atleast_2d(np.asarray(hists, dtype=float))
     lab = np.atleast_2d(np.asarray(lab, dtype=float))
     if hists.shape[0] != lab.shape[0]:
