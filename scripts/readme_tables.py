@@ -4,6 +4,7 @@
     python scripts/readme_tables.py            # rewrite the block between the README's results markers
     python scripts/readme_tables.py --check    # exit 1 if the README differs from results/
     python scripts/readme_tables.py --print    # print the tables only
+    python scripts/readme_tables.py --paper-summary   # print the paper comparison's counts by verdict (to paste)
 """
 from __future__ import annotations
 
@@ -24,7 +25,15 @@ def main() -> int:
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true")
     mode.add_argument("--print", action="store_true")
+    mode.add_argument("--paper-summary", action="store_true",
+                      help="print the README paragraph of results/tables/paper_comparison.csv (counts by verdict)")
     args = ap.parse_args()
+    if args.paper_summary:
+        from vrr.report.paper_comparison import paper_comparison_summary
+        from vrr.report.render import read_csv
+
+        print(paper_comparison_summary(read_csv(Path(args.results) / "tables" / "paper_comparison.csv")), end="")
+        return 0
     block = readme_summary(args.results)
     if args.print:
         print(block, end="")

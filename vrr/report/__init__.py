@@ -17,3 +17,4 @@ from .render import (  # noqa: F401
 )
 from ..calibration.check import check_summary_line, folds_verdict_text  # noqa: F401  (03_calibrate, vrr status)
 from .calibration_ablation_table import table_calibration_ablation  # noqa: F401
+from .paper_comparison import paper_comparison_summary, table_paper_comparison  # noqa: F401

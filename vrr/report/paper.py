@@ -19,10 +19,12 @@ from ..policies.replay import TPM, load_calibration, replay
 from ..loop.config import run_config
 from ..settings import load_config
 from ..stats.analysis import round_changes
+from ..stats.inference import N_RESAMPLES
+from ..stats.peak import peak_test
 
 PAPER_POLICY_ORDER = ["No repair", "Majority stopping", "ConfStop-0.85", "Fixed K=1", "Fixed K=3", "Fixed K=5",
                       "Accepted-first", "Last-accepted", "Verifier-best", "VRR-Stop", "VRR-Stop (label-free EM)",
-                      "VRR-Guard", "Algorithm 1", "TPM reference", "Hindsight best"]
+                      "VRR-Guard", "Algorithm 1", "Algorithm 1 (paper)", "TPM reference", "Hindsight best"]
 CHECK_ROW = "Calibration check"
 
 
@@ -334,18 +336,29 @@ def parse_loop_pairs(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def loop_dynamics_panels(results_root: str | Path, pairs: Sequence[tuple[str, str]]) -> list[dict]:
+def same_problems(a, b) -> bool:
+    """Whether two windows hold the same problems in the same order (their arrays' ``meta["indices"]``, which real
+    windows record), so that a loop and its control can be resampled together."""
+    ia, ib = a.meta.get("indices"), b.meta.get("indices")
+    return ia is not None and ia == ib
+
+
+def loop_dynamics_panels(results_root: str | Path, pairs: Sequence[tuple[str, str]],
+                         n_resamples: int = N_RESAMPLES, seed: int = 0) -> list[dict]:
     """The loop pairs (a non-stationary run and its resampling control) whose two calibration.json exist, one
     panel each for the loop-dynamics figure and :func:`table_loop_pairs`: the title (real or simulated), each
     arm's rounds (``vrr.stats.round_changes``: validity, instances gained and lost since round 0, exact McNemar p),
-    the run's interior peak round (if any) and its perturbed rounds (:func:`perturbed_rounds`)."""
+    the run's interior peak round (if any), its perturbed rounds (:func:`perturbed_rounds`) and the stated peak
+    test (``vrr.stats.peak.peak_test``, ``n_resamples`` sign flips and bootstrap resamples; the arms resampled
+    together where they are the same problems, :func:`same_problems`)."""
     panels = []
     for main, control in pairs:
         paths = [Path(results_root) / r / "calibration.json" for r in (main, control)]
         if not all(p.is_file() for p in paths):
             continue
         calibrations = [read_json(p) for p in paths]
-        arms = [round_changes(load_setting(Path(c["arrays_path"])).y) for c in calibrations]
+        windows = [load_setting(Path(c["arrays_path"])) for c in calibrations]
+        arms = [round_changes(w.y) for w in windows]
         if len(arms[0]) != len(arms[1]):
             raise ValueError(f"loop_pairs {main}:{control}: the two windows have {len(arms[0])} and "
                              f"{len(arms[1])} rounds; a pair shares its schedule")
@@ -355,33 +368,53 @@ def loop_dynamics_panels(results_root: str | Path, pairs: Sequence[tuple[str, st
                        "q_main": [r["Q"] for r in arms[0]], "q_control": [r["Q"] for r in arms[1]],
                        "p_main_vs_round0": [r["p_vs_round0"] for r in arms[0]],
                        "peak_round": ld_main["peak_round"], "perturbed": perturbed_rounds(main, len(arms[0])),
-                       "rounds": arms, "settings": (main, control)})
+                       "rounds": arms, "settings": (main, control),
+                       "peak_test": peak_test(windows[0].y, windows[1].y, paired=same_problems(*windows),
+                                              n_resamples=n_resamples, seed=seed)})
     return panels
 
 
 def table_loop_pairs(panels: Sequence[dict], out_dir: Path) -> list[dict]:
     """Validity by round of each loop pair of :func:`loop_dynamics_panels` (repair and its resampling control) with
     the McNemar-resolved changes: one row per pair and round, ``perturbed`` marking the rounds under the run's
-    prompt mismatch."""
+    prompt mismatch. The stated peak test (docs/round_dynamics.md, ``vrr.stats.peak``): ``p_holm_rise`` on each
+    tested round (the one-sided exact McNemar p of a rise over round 0, Holm-adjusted over the tested rounds), and
+    on every row of the pair the max-statistic sign-flip p over those rounds (``peak_p_max``, at ``peak_round``),
+    ``peak_resolved`` and the difference in differences against the control at ``did_round`` with its 95 %
+    bootstrap CI (``did``, ``did_low``, ``did_high``; ``did_paired``: the arms resampled together)."""
     rows = []
     for panel in panels:
         (main, control), (repair_rounds, resample_rounds) = panel["settings"], panel["rounds"]
+        peak = panel["peak_test"]
+        holm = {r["round"]: r["p_holm"] for r in peak["holm"]}
         for repair, resample, perturbed in zip(repair_rounds, resample_rounds, panel["perturbed"]):
             rows.append({"setting": main, "control": control, "round": repair["round"], "perturbed": perturbed,
                          "Q_repair": repair["Q"], "gained": repair["gained"], "lost": repair["lost"],
                          "p_repair_vs_round0": repair["p_vs_round0"], "p_repair_vs_previous": repair["p_vs_previous"],
                          "Q_resample": resample["Q"], "p_resample_vs_round0": resample["p_vs_round0"],
-                         "p_resample_vs_previous": resample["p_vs_previous"]})
+                         "p_resample_vs_previous": resample["p_vs_previous"],
+                         "p_holm_rise": holm.get(repair["round"], float("nan")),
+                         "peak_rounds": "-".join(str(k) for k in (peak["rounds"][0], peak["rounds"][-1])),
+                         "peak_round": peak["peak_round"], "peak_p_max": peak["p_max"],
+                         "peak_resolved": peak["resolved"], "did_round": peak["did_round"], "did": peak["did"],
+                         "did_low": peak["did_low"], "did_high": peak["did_high"], "did_paired": peak["paired"]})
     if rows:
         rep.write_table(rows, [("setting", "Setting"), ("control", "Control"), ("round", "Round"),
                                ("perturbed", "Mismatch"), ("Q_repair", "Q repair"), ("gained", "Gained"),
                                ("lost", "Lost"), ("p_repair_vs_round0", "p vs 0"),
                                ("p_repair_vs_previous", "p vs k-1"), ("Q_resample", "Q resample"),
                                ("p_resample_vs_round0", "p vs 0 (resample)"),
-                               ("p_resample_vs_previous", "p vs k-1 (resample)")],
+                               ("p_resample_vs_previous", "p vs k-1 (resample)"),
+                               ("p_holm_rise", "p rise (Holm)"), ("peak_rounds", "Peak rounds"),
+                               ("peak_round", "Peak round"), ("peak_p_max", "p max-stat"),
+                               ("peak_resolved", "Peak resolved"), ("did_round", "DiD round"), ("did", "DiD"),
+                               ("did_low", "DiD low"), ("did_high", "DiD high"), ("did_paired", "DiD paired")],
                         out_dir / "loop_pairs",
                         caption="Repeated repair against independent resampling under the same schedule: validity "
-                                "by round, instances gained and lost since round 0, exact McNemar p (uncorrected).")
+                                "by round, instances gained and lost since round 0, exact McNemar p (uncorrected); "
+                                "the stated peak test: a rise over round 0 in the peak rounds by a one-sided "
+                                "max-statistic sign-flip test and by Holm over one-sided exact McNemar tests, and "
+                                "the difference in differences against the control with its 95% bootstrap CI.")
     return rows
 
 

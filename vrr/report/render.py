@@ -58,12 +58,15 @@ def rate_text(x: float, digits: int) -> str:
 
 
 def write_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]], stem: str | os.PathLike,
-                caption: str = "", digits: int = 3, csv_decimals: int | None = None) -> tuple[Path, Path]:
+                caption: str = "", digits: int = 3, csv_decimals: int | None = None,
+                tex_columns: Sequence[tuple[str, str]] | None = None) -> tuple[Path, Path]:
     """Write ``rows`` as ``stem.csv`` (numbers to ``CSV_SIGNIFICANT_DIGITS`` significant digits, or to
     ``csv_decimals`` decimals where given) and ``stem.tex`` (booktabs, formatted).
 
-    ``columns`` is a list of (key, header). Both files are written atomically.
+    ``columns`` is a list of (key, header); ``tex_columns`` (default: ``columns``) those of the .tex, where a
+    table prints formatted texts in place of the CSV's numbers. Both files are written atomically.
     """
+    tex_columns = columns if tex_columns is None else tex_columns
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     csv_path, tex_path = stem.with_suffix(".csv"), stem.with_suffix(".tex")
@@ -71,10 +74,10 @@ def write_table(rows: Sequence[dict], columns: Sequence[tuple[str, str]], stem: 
     lines = ["\\begin{table}[t]", "\\centering", "\\small"]
     if caption:
         lines.append(f"\\caption{{{_tex_escape(caption)}}}")
-    lines += [f"\\begin{{tabular}}{{l{'c' * (len(columns) - 1)}}}", "\\toprule",
-              " & ".join(_tex_escape(h) for _, h in columns) + " \\\\", "\\midrule"]
+    lines += [f"\\begin{{tabular}}{{l{'c' * (len(tex_columns) - 1)}}}", "\\toprule",
+              " & ".join(_tex_escape(h) for _, h in tex_columns) + " \\\\", "\\midrule"]
     for row in rows:
-        lines.append(" & ".join(_tex_escape(_fmt(row.get(k), digits)) for k, _ in columns) + " \\\\")
+        lines.append(" & ".join(_tex_escape(_fmt(row.get(k), digits)) for k, _ in tex_columns) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
     atomic_write(tex_path, lambda fh: fh.write("\n".join(lines)))
     return csv_path, tex_path
