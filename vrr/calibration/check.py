@@ -80,10 +80,14 @@ def _chi2_2_sf(t: float) -> float:
 
 
 def check_summary_line(check: dict) -> str:
-    """One line for ``vrr status`` and the reports: the verdict, the two estimates, T and p at the level."""
+    """One line for ``vrr status`` and the reports: the verdict, the two estimates, and what decided it (the
+    decision check's L where the record has it, ``vrr.calibration.decision_check``), with the Wald T and p."""
     if not math.isfinite(check.get("p_value", float("nan"))):
         return f"calibration check: {check['verdict']} ({check['reason']})"
-    return (f"calibration check: {check['verdict']} at level {check['level']:g} (p = {check['p_value']:.2g}, "
+    decision = check.get("decision")
+    how = (f"decision check L = {decision['loss'] * 100:.1f} pp vs {decision['threshold'] * 100:g} pp; Wald "
+           if decision else f"at level {check['level']:g} (")
+    return (f"calibration check: {check['verdict']} {'(' if decision else ''}{how}p = {check['p_value']:.2g}, "
             f"Wald T = {check['statistic']:.2f}): label-free EM rho0 {check['rho0_em']:.3f}, rho1 "
             f"{check['rho1_em']:.3f}; labeled probe rho0 {check['rho0_labeled']:.3f}, rho1 {check['rho1_labeled']:.3f}")
 
@@ -97,14 +101,24 @@ def folds_verdict(checks: list) -> dict:
     rejecting = sum(not c["passed"] for c in done)
     verdict = "reject" if rejecting == len(done) else ("pass" if rejecting == 0 else "split")
     ps = [c["p_value"] for c in done if math.isfinite(c["p_value"])]
-    return {"verdict": verdict, "rejecting": rejecting, "folds": len(done),
-            "median_p": float(np.median(ps)) if ps else float("nan"), "level": float(done[0]["level"])}
+    out = {"verdict": verdict, "rejecting": rejecting, "folds": len(done),
+           "median_p": float(np.median(ps)) if ps else float("nan"), "level": float(done[0]["level"])}
+    losses = [c["decision"]["loss"] for c in done if c.get("decision")]
+    if losses:   # the decision check decided (vrr.calibration.decision_check); the Wald p is its diagnostic
+        out.update(check="decision", median_loss=float(np.median(losses)),
+                   threshold=float(done[0]["decision"]["threshold"]),
+                   wald_rejecting=sum(not c.get("wald_passed", c["passed"]) for c in done))
+    return out
 
 
 def folds_verdict_text(record: dict) -> str:
     """The stopping table's words for :func:`folds_verdict`."""
     if record["verdict"] == "n/a":
         return "n/a (no labeled probe)"
+    if record.get("check") == "decision":
+        return (f"{record['verdict']}: {record['rejecting']} of {record['folds']} folds reject (decision check, "
+                f"median L = {record['median_loss'] * 100:.1f} pp, threshold {record['threshold'] * 100:g} pp; "
+                f"Wald diagnostic: {record['wald_rejecting']} reject at level {record['level']:g})")
     return (f"{record['verdict']}: {record['rejecting']} of {record['folds']} folds reject at level "
             f"{record['level']:g} (median p = {record['median_p']:.2g})")
 

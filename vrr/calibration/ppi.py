@@ -1,0 +1,109 @@
+"""The vote noise (rho0, rho1) by prediction-powered inference (PPI++; Angelopoulos, Duchi and Zrnic,
+arXiv 2311.01453), with the label-free EM's posterior as the predictor (Sec. 4.2, Eq. 5's rates).
+
+rho1 and rho0 are ratios of population means over a window's first plans:
+
+    rho1 = E[y (1 - S/M)] / E[y],        rho0 = E[(1 - y) S/M] / E[1 - y],
+
+which a labeled sample estimates without bias but with few plans. The label-free binomial-mixture EM gives every
+plan a posterior r(S) = P(valid | S) (App. A, "Calibration Estimators"), so the window's unlabeled plans predict the
+four means through r; PPI++ corrects the prediction with the labeled probe (the rectifier mean(Y - lam Yhat)) and
+tunes lam to the variance it saves (``ppi_py.ppi_mean_pointestimate``, lam per coordinate, clipped to [0, 1]):
+lam = 0 is the labeled estimate alone, lam = 1 plain PPI. The probe's plans carry ``probe_M`` votes and the
+window's M: the probe's prediction is r averaged over the hypergeometric thinning of its votes to M (the count of M
+votes drawn without replacement from its ``probe_M``), so predictor and window speak of the same M-vote count,
+while its label terms use all ``probe_M`` votes.
+
+Each mean is evaluated on accept-count histograms (the probe's per class, the window's), so the cost does not grow
+with the number of plans.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+# PPI++'s means are rounded to this many decimals: the tuned lam comes from the library's covariance
+# arithmetic, whose last bits may differ across CPU kinds, and a calibration must not.
+DECIMALS = 12
+
+
+@dataclass(frozen=True)
+class PPIFit:
+    """The PPI++ rates with what is behind them."""
+
+    rho0: float
+    rho1: float
+    lam: tuple[float, float, float, float]   # per mean: valid share, valid rejects, invalid share, invalid accepts
+    n_labeled: int
+    n_unlabeled: int
+    method: str = "ppi"
+
+
+def em_posterior(M: int, rho0: float, rho1: float, weight_valid: float) -> np.ndarray:
+    """r(s) = P(valid | s accepts of M) under the binomial mixture w Bin(M, 1 - rho1) + (1 - w) Bin(M, rho0)
+    (Eq. 5 with prior w), for s = 0..M."""
+    s = np.arange(M + 1)
+    lv = np.log(weight_valid) + stats.binom.logpmf(s, M, 1.0 - rho1)
+    li = np.log1p(-weight_valid) + stats.binom.logpmf(s, M, rho0)
+    return np.exp(lv - np.logaddexp(lv, li))
+
+
+def _predictions(r: np.ndarray, M: int) -> np.ndarray:
+    """The four predicted quantities of an M-vote count s: [r, r (1 - s/M), 1 - r, (1 - r) s/M], [M+1, 4]."""
+    s = np.arange(M + 1) / M
+    return np.stack([r, r * (1 - s), 1 - r, (1 - r) * s], axis=1)
+
+
+def ppi_rates(S_unlabeled, M: int, probe_S, probe_y, probe_M: int, em: tuple[float, float, float]) -> PPIFit:
+    """(rho0, rho1) of the module docstring: ``S_unlabeled`` the window's first-plan accept counts (M votes),
+    ``probe_S``/``probe_y`` the labeled probe (``probe_M`` votes), ``em`` the label-free EM's (rho0, rho1, w) on
+    the window."""
+    from ppi_py import ppi_mean_pointestimate
+
+    S_u = np.asarray(S_unlabeled, dtype=np.int64).ravel()
+    S_p = np.asarray(probe_S, dtype=np.int64).ravel()
+    y_p = np.asarray(probe_y).ravel()
+    if S_p.shape != y_p.shape or not np.isin(y_p, (0, 1)).all():
+        raise ValueError("ppi_rates: probe_S and probe_y must pair up, with labels 0 or 1")
+    if probe_M < M:
+        raise ValueError(f"ppi_rates: the probe's {probe_M} votes cannot be thinned to the window's {M}")
+    if min(int(y_p.sum()), int((1 - y_p).sum())) < 2:
+        raise ValueError("ppi_rates: the probe needs >= 2 labeled plans of each class")
+    r = em_posterior(M, *em)
+    pred = _predictions(r, M)                                     # [M+1, 4] for an M-vote count
+    thin = stats.hypergeom.pmf(np.arange(M + 1)[None, :], probe_M, np.arange(probe_M + 1)[:, None], M)
+    pred_probe = thin @ pred                                      # [probe_M+1, 4]: E over the thinning
+    frac = S_p / probe_M
+    y = y_p.astype(float)
+    labels = np.stack([y, y * (1 - frac), 1 - y, (1 - y) * frac], axis=1)
+    theta = ppi_mean_pointestimate(labels, pred_probe[S_p], pred[S_u], lam=None, lam_optim_mode="element")
+    theta = np.round(np.asarray(theta, dtype=float).ravel(), DECIMALS)
+    # the lam behind it, for the record: theta = lam * mean(Yhat_u) + mean(Y - lam Yhat) solved per coordinate
+    gap = pred[S_u].mean(axis=0) - pred_probe[S_p].mean(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lam = np.where(np.abs(gap) > 1e-12, (theta - labels.mean(axis=0)) / gap, 0.0)
+    rho1 = float(np.clip(theta[1] / theta[0], 0.0, 1.0)) if theta[0] > 0 else float("nan")
+    rho0 = float(np.clip(theta[3] / theta[2], 0.0, 1.0)) if theta[2] > 0 else float("nan")
+    return PPIFit(rho0, rho1, tuple(float(np.round(v, 6)) for v in lam), int(S_p.size), int(S_u.size))
+
+
+def ppi_crossfit(label_free, S, M: int, probe_S, probe_y, probe_M: int):
+    """The cross-fit calibration with each fold's (rho0, rho1) from :func:`ppi_rates`: ``label_free`` the cross-fit
+    of the paper's label-free EM (``binomial_em`` on round-0 votes), whose folds, alpha, beta, pi and EM posterior
+    each fold keeps; the window's unlabeled plans are the fold's training instances' first plans."""
+    from dataclasses import replace
+
+    from .estimators import CrossFit
+    from .mixture import VoteNoiseFit
+
+    fits = []
+    for f, fit in enumerate(label_free.fits):
+        em = fit.votes
+        rates = ppi_rates(np.asarray(S)[label_free.folds != f, 0], M, probe_S, probe_y, probe_M,
+                          (em.rho0, em.rho1, em.weight_valid))
+        votes = VoteNoiseFit(rates.rho0, rates.rho1, em.weight_valid, method="ppi")
+        fits.append(replace(fit, params=replace(fit.params, rho0=rates.rho0, rho1=rates.rho1), votes=votes,
+                            rules={**fit.rules, "rho0": "ppi", "rho1": "ppi"}))
+    return CrossFit(folds=label_free.folds, fits=fits)
