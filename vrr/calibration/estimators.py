@@ -55,6 +55,7 @@ class EstimatorOptions:
     bb_restarts: int = 8
     check_level: float = 0.05      # the calibration check's level (vrr.calibration.check)
     check_replicates: int = 200    # its bootstrap replicates
+    check_rule: str = "decision"   # which check's verdict chooses the checked fit: "decision" or "wald"
 
     @classmethod
     def from_setting(cls, calibration_block: dict) -> "EstimatorOptions":
@@ -298,6 +299,11 @@ def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
                                  seed=seed, em_restarts=options.em_restarts, em_tol=options.em_tol,
                                  em_max_iter=options.em_max_iter).as_dict()
         check = checked_record(wald, S, M, alpha, beta, pi)
+        if options.check_rule == "wald":      # the Wald verdict decides (the calibration ablation's comparison row)
+            check = {**check, "passed": check["wald_passed"], "verdict": wald["verdict"], "reason": wald["reason"],
+                     "check": "wald"}
+        elif options.check_rule != "decision":
+            raise ValueError(f"calibrate: check_rule must be 'decision' or 'wald', got {options.check_rule!r}")
         votes = (fit_vote_noise("semisupervised_em", vS, vM, seed=seed, options=options, labeled=labeled,
                                 likelihood=likelihood) if check["passed"] else
                  fit_vote_noise("labeled_mle", labeled[0], labeled[2], y=labeled[1], likelihood=likelihood))

@@ -40,17 +40,21 @@ from ..calibration.estimators import CrossFit
 from ..calibration.mixture import MIN_VOTES
 from ..core.belief import filter_beliefs
 from ..data.contract import Setting
-from ..policies.replay import TPM, ReplayConfig, fit_calibration, fold_check, replay
+from ..policies.replay import ALGORITHM1_PAPER, TPM, ReplayConfig, fit_calibration, fold_check, replay
 from ..settings import CALIBRATION_LIKELIHOODS as LIKELIHOODS, calibration_problem
 from .inference import N_RESAMPLES, paired_bootstrap
 
 ABLATION_FILE = "calibration_ablation.json"   # results/<setting>/, written by 05_stats
-# (row name, method, vote rounds)
+# (row name, method, vote rounds); "ppi" is the PPI++ rates (vrr.calibration.ppi) on the label-free EM's folds, and
+# the Wald-checked row is the semi-supervised fit chosen by the Wald check instead of the decision check
 CALIBRATIONS = (("label-free EM", "binomial_em", "first"),
                 ("labeled probe", "labeled_mle", "probe"),
-                ("semi-supervised (checked)", "semisupervised_checked", "first"))
-POLICIES = ("No repair", "VRR-Stop", "Algorithm 1", TPM)
-COMPARED = ("VRR-Stop", "Algorithm 1")
+                ("semi-supervised (checked)", "semisupervised_checked", "first"),
+                ("semi-supervised (Wald-checked)", "semisupervised_checked", "first"),
+                ("PPI++ (probe + EM posterior)", "ppi", "first"))
+WALD_CHECKED = "semi-supervised (Wald-checked)"
+POLICIES = ("No repair", "VRR-Stop", "Algorithm 1", ALGORITHM1_PAPER, TPM)
+COMPARED = ("VRR-Stop", "Algorithm 1", ALGORITHM1_PAPER)
 ECE_BINS = 10
 # the estimator each label-free row runs under each likelihood (for its minimum number of votes)
 _LABEL_FREE_ESTIMATOR = {"binomial": "binomial_em", "beta_binomial": "beta_binomial_em"}
@@ -59,6 +63,14 @@ _LABEL_FREE_ESTIMATOR = {"binomial": "binomial_em", "beta_binomial": "beta_binom
 def not_applicable(setting: Setting, verifier_kind: str, method: str, likelihood: str, vote_rounds: str) -> str | None:
     """Why a calibration row does not apply to ``setting`` (None: it applies): the settings' rule
     (``vrr.settings.calibration_problem``), then the estimator's minimum number of votes per plan."""
+    if method == "ppi":   # the label-free EM's posterior and the labeled probe, under Eq. 5's binomial
+        if likelihood != "binomial":
+            return "PPI++ rates are fit for the binomial likelihood"
+        if setting.probe_S is None or setting.probe_y is None:
+            return "no labeled probe"
+        if setting.probe_M < setting.M:
+            return f"the probe's {setting.probe_M} votes per plan cannot be thinned to the window's {setting.M}"
+        method = "binomial_em"
     problem = calibration_problem(method, likelihood, vote_rounds, verifier_kind, has_probe=setting.probe_S is not None,
                                   probe_labeled=setting.probe_y is not None)
     if problem is not None:
@@ -105,14 +117,27 @@ def fit_with_checks(setting: Setting, config: ReplayConfig, checks: list | None)
     return CrossFit(folds=cf.folds, fits=fits), checks
 
 
+def in_sample_rates(setting: Setting) -> tuple[float, float]:
+    """(rho0, rho1) of the window's own first plans with their labels (labeled MLE on all instances): what every
+    calibration row estimates, the reference of the rows' rate errors."""
+    from ..calibration.mixture import labeled_mle
+
+    fit = labeled_mle(setting.S[:, 0], setting.y[:, 0], setting.M)
+    return float(fit.rho0), float(fit.rho1)
+
+
 def ablation_row(setting: Setting, config: ReplayConfig, n_resamples: int = N_RESAMPLES, seed: int = 0,
-                 calibration: CrossFit | None = None) -> dict:
+                 calibration: CrossFit | None = None, policies: tuple[str, ...] = POLICIES) -> dict:
     """One applicable row: the replay under ``config`` (with ``calibration``, the cross-fit of
-    :func:`fit_with_checks`, when given) and what the module docstring lists."""
-    result = replay(setting, config, policies=POLICIES, calibration=calibration)
+    :func:`fit_with_checks`, when given) and what the module docstring lists; a policy of ``COMPARED`` outside
+    ``policies`` is recorded as None (the paper's Algorithm 1 needs B_k's bootstrap draws of the row's estimator)."""
+    result = replay(setting, config, policies=policies, calibration=calibration)
     v = result.validity
-    row: dict = {"V": {name: float(v[name].mean()) for name in POLICIES}, "tpm_source": result.tpm_source}
+    row: dict = {"V": {name: float(v[name].mean()) for name in policies}, "tpm_source": result.tpm_source}
     for name in COMPARED:
+        if name not in policies:
+            row[name] = None
+            continue
         row[name] = {"V": float(v[name].mean()),
                      "vs_no_repair": _interval(v[name], v["No repair"], n_resamples, seed),
                      "vs_tpm": _interval(v[name], v[TPM], n_resamples, seed)}
@@ -123,6 +148,9 @@ def ablation_row(setting: Setting, config: ReplayConfig, n_resamples: int = N_RE
     row["estimates"] = {name: float(np.mean([getattr(f, name) if name.startswith("phi") else getattr(f.params, name)
                                              for f in result.calibration.fits]))
                         for name in est}
+    rho_in = in_sample_rates(setting)
+    row["rate_error"] = {name: float(np.mean([abs(getattr(f.params, name) - ref) for f in result.calibration.fits]))
+                         for name, ref in zip(("rho0", "rho1"), rho_in)}
     belief, _ = filter_beliefs(setting.S, setting.M, **est)
     y = setting.y.astype(float)
     row["belief_brier"] = float(np.sum((belief - y) * (belief - y)) / belief.size)
@@ -145,8 +173,19 @@ def setting_calibration_ablation(setting: Setting, config: ReplayConfig, verifie
             reason = not_applicable(setting, verifier_kind, method, likelihood, vote_rounds)
             if reason is None:
                 cfg = replace(config, method=method, vote_rounds=vote_rounds, likelihood=likelihood)
-                cf, checks = fit_with_checks(setting, cfg, checks)
-                row.update(applies=True, reason="", **ablation_row(setting, cfg, n_resamples, seed, calibration=cf))
+                if label == WALD_CHECKED:
+                    cfg = replace(cfg, estimator=replace(cfg.estimator, check_rule="wald"))
+                policies = POLICIES
+                if method == "ppi":
+                    from ..calibration.ppi import ppi_crossfit
+
+                    em, checks = fit_with_checks(setting, replace(cfg, method="binomial_em"), checks)
+                    cf = ppi_crossfit(em, setting.S, setting.M, setting.probe_S, setting.probe_y, setting.probe_M)
+                    policies = tuple(p for p in POLICIES if p != ALGORITHM1_PAPER)
+                else:
+                    cf, checks = fit_with_checks(setting, cfg, checks)
+                row.update(applies=True, reason="", **ablation_row(setting, cfg, n_resamples, seed, calibration=cf,
+                                                                   policies=policies))
             else:
                 row.update(applies=False, reason=reason)
             rows.append(row)
@@ -158,13 +197,15 @@ def ablation_lines(ablation: dict) -> list[str]:
     """One line per row of :func:`setting_calibration_ablation`'s result (05_stats prints them)."""
     lines = []
     for r in ablation["rows"]:
-        head = f"{r['calibration']:26s} {r['likelihood']:13s}"
+        head = f"{r['calibration']:30s} {r['likelihood']:13s}"
         if not r["applies"]:
             lines.append(f"{head} n/a ({r['reason']})")
             continue
         parts = []
         for name in COMPARED:
             d = r[name]
+            if d is None:
+                continue
             parts.append(f"{name} V={d['V']:.3f} (vs no repair {d['vs_no_repair']['dV']:+.3f} "
                          f"[{d['vs_no_repair']['dV_low']:+.3f},{d['vs_no_repair']['dV_high']:+.3f}], vs TPM "
                          f"{d['vs_tpm']['dV']:+.3f} [{d['vs_tpm']['dV_low']:+.3f},{d['vs_tpm']['dV_high']:+.3f}])")
