@@ -178,6 +178,9 @@ def run_plain(args, profile: bool = False) -> dict:
 
     os.environ.setdefault("MPLBACKEND", "Agg")
     os.chdir(REPO)  # papermill runs the kernels in the repository root too
+    from vrr.calibration._memo import clear_all
+
+    clear_all()     # each pass computes every fit (the kernels of a chain start empty too)
     wall, cpu = defaultdict(float), defaultdict(float)
     per_setting: dict = defaultdict(dict)   # {setting: {step: CPU seconds}}
     floors: dict = {}

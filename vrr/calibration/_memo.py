@@ -17,6 +17,7 @@ from collections import OrderedDict
 import numpy as np
 
 MAX_ENTRIES = 256     # per function; a setting's chain needs a few dozen
+_STORES: list = []    # every memoized function's store, for clear_all
 
 
 def _feed(h, value) -> None:
@@ -51,6 +52,7 @@ def memoized(func):
     """``func`` with its results kept per content of its arguments (module docstring); ``func.cache_clear()``
     empties the store."""
     store: OrderedDict[str, object] = OrderedDict()
+    _STORES.append(store)
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -66,3 +68,9 @@ def memoized(func):
     wrapper.cache_clear = store.clear
     wrapper.cache_size = lambda: len(store)
     return wrapper
+
+
+def clear_all() -> None:
+    """Empty every memoized function's store (a benchmark's second pass computes everything again)."""
+    for store in _STORES:
+        store.clear()
