@@ -637,9 +637,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_name(load_config(a.setting), *swapped_models(load_config(a.setting), cfg))
     if a.command == "resolve":
         shown = {k: v for k, v in cfg.items() if not k.startswith("_")}
-        out = {"setting": shown}
-        if cfg["kind"] == "simulated":
-            out["simulation"] = simulation_protocol(cfg)
+        out = {"setting": shown, **({"simulation": simulation_protocol(cfg)} if cfg["kind"] == "simulated" else {})}
         if cfg["kind"] == "real":
             out["run_config"] = run_config(cfg, setting=name).to_json()
             out["run"] = {"folder": str((Path(a.out_root) / name).resolve()),
