@@ -336,7 +336,7 @@ def test_a_window_through_vllm_serve_survives_a_server_outage_and_resumes(tmp_pa
     meta = json.loads((d / "run_meta.json").read_text())
     usage = meta["sessions"][-1]["usage"]
     assert usage["judge"]["votes_sent_as"] == "one request with n=M"
-    assert usage["generator"]["http_attempts"] >= sum(usage[r]["requests"] for r in usage)  # one engine, all roles
+    assert all(usage[r]["http_attempts"] >= usage[r]["requests"] for r in usage)  # per role, retries included
     assert all(usage[r]["prompt_tokens"] > 0 and usage[r]["completion_tokens"] > 0 for r in ("generator", "judge"))
 
 

@@ -309,7 +309,8 @@ class OpenAIEngine:
         invalid = sum(o[6] for o in outs)
         if unknown and not self.stats["requests_without_usage"]:
             warnings.warn(f"{self._where()} answered {unknown} of {requests} request(s) without token usage: their "
-                          "tokens and dollars are unknown (requests_without_usage), not 0", UsageUnknownWarning,
+                          "tokens and dollars are unknown (requests_without_usage), not 0. Warned once per engine; "
+                          "run_meta.json's requests_without_usage counts every such request", UsageUnknownWarning,
                           stacklevel=2)
         if invalid:
             warnings.warn(f"{self._where()} sent {invalid} repl(y/ies) holding a lone UTF-16 surrogate (no UTF-8 text): "

@@ -53,9 +53,20 @@ class RoleEngine:
     def load_seconds(self) -> float:
         return getattr(self.base, "load_seconds", 0.0) if self.role == self.first_role else 0.0
 
+    def _attempts(self) -> int | None:
+        """The engine's HTTP attempts so far (retries included), None for an engine that does not count them."""
+        notes = self.base.usage_notes() if hasattr(self.base, "usage_notes") else {}
+        return notes.get("http_attempts")
+
     def chat(self, conversations: Sequence, temperature: float, max_tokens: int, n: int = 1,
              **kwargs) -> list[list[str]]:
-        out = self.base.chat(conversations, temperature=temperature, max_tokens=max_tokens, n=n, **kwargs)
+        before = self._attempts()
+        try:
+            out = self.base.chat(conversations, temperature=temperature, max_tokens=max_tokens, n=n, **kwargs)
+        finally:   # a call that failed still made its attempts, and they are this role's
+            if before is not None:
+                spent = self.base.__dict__.setdefault("role_http_attempts", {})
+                spent[self.role] = spent.get(self.role, 0) + (self._attempts() or 0) - before
         info = self.last_info or {}
         self.stats["calls"] += 1
         self.stats["requests"] += int(info.get("requests", len(conversations)))
@@ -85,8 +96,10 @@ class RoleEngine:
         notes = self.base.usage_notes() if hasattr(self.base, "usage_notes") else {}
         if self.role == "judge" and "votes_sent_as" in notes:  # how the M votes went to the server
             out["votes_sent_as"] = notes["votes_sent_as"]
-        if self.role == self.first_role and "http_attempts" in notes:  # the engine's, retries included
-            out["http_attempts"] = notes["http_attempts"]
+        if "http_attempts" in notes:  # this role's, retries included; the first role's also the engine's own
+            spent = self.base.__dict__.get("role_http_attempts", {})
+            out["http_attempts"] = spent.get(self.role, 0) if self.role != self.first_role else \
+                notes["http_attempts"] - sum(v for r, v in spent.items() if r != self.first_role)
         unknown = self.stats["requests_without_usage"]
         if unknown:
             out.update(prompt_tokens=None, completion_tokens=None, requests_without_usage=unknown)

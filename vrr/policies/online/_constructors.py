@@ -15,14 +15,17 @@ class Constructors:
     def from_parameters(cls, *, M: int, k_max: int, rho0: float, rho1: float, alpha, beta, pi: float,
                         **options) -> "OnlineController":
         """A controller from calibrated parameters (Sec. 4.2). ``alpha``/``beta`` may be per-round
-        sequences of K_max rates (VRR-Stop-t). Options: ``policy`` ("algorithm1" | "vrr_stop" |
-        "vrr_guard"; left out: Algorithm 1 when ``intervals`` and ``j_hat``/``stop_mode`` are given, VRR-Stop
-        when neither is), ``delta`` (Eq. 9; default :func:`default_delta`, 5 at M = 8), ``tau`` (Eq. 4/7) or ``repair_cost`` with ``value``
-        (tau = repair_cost / value, :func:`tau_for_cost`), ``intervals`` ({name: (lo, hi)}, the box behind
-        B_k), ``j_hat`` and ``j_min`` (Algorithm 1 line 1) or ``stop_mode``, ``grid`` (B_k's grid levels),
-        ``sequential`` ("off" | "exact" | "sprt" | "predictive") and ``error_rate`` (sprt, predictive),
-        ``budget_calls`` / ``budget_tokens`` (per problem; when spent, Stop mode returns the judged plan with
-        the highest posterior, Guard mode its keep-best incumbent, Eq. 9)."""
+        sequences of K_max rates (VRR-Stop-t). Options (:data:`CONFIG_FIELDS`; any other keyword is an
+        :class:`UnknownOptionError` naming the nearest): ``policy`` ("algorithm1" | "vrr_stop" | "vrr_guard";
+        left out: Algorithm 1 when ``draws`` and ``j_hat``/``stop_mode`` are given, VRR-Stop when neither is),
+        ``delta`` (Eq. 9, an integer >= 0; default :func:`default_delta`, 5 at M = 8), ``tau`` (Eq. 4/7) or
+        ``repair_cost`` with ``value`` (tau = repair_cost / value, :func:`tau_for_cost`), ``draws`` ({name:
+        bootstrap draws of the parameter}, behind B_k) with ``eta`` (the level of B_k's one-sided bounds),
+        ``j_hat`` and ``j_min`` (Algorithm 1 line 1) with ``check`` (the calibration check) and ``mode_evidence``
+        (what the mode rests on), or ``stop_mode``, ``sequential`` ("off" | "exact" | "sprt" | "predictive")
+        and ``error_rate`` (sprt, predictive), ``budget_calls`` / ``budget_tokens`` (per problem; when spent,
+        Stop mode returns the judged plan with the highest posterior, Guard mode its keep-best incumbent,
+        Eq. 9)."""
         return cls(M=M, k_max=k_max, rho0=rho0, rho1=rho1, alpha=alpha, beta=beta, pi=pi, **options)
 
     @classmethod
@@ -83,6 +86,7 @@ class Constructors:
         """
         from ._calibration_file import is_online_calibration, load_online_calibration
 
+        _refuse_state_file(path)
         if is_online_calibration(path):
             if fold is not None or arrays is not None:
                 raise ValueError(f"{path}: 'fold' and 'arrays' apply to 03_calibrate's calibration.json, "
@@ -106,3 +110,16 @@ class Constructors:
             raise ValueError("save_calibration: this controller was not calibrated here (from_labeled / "
                              "from_unlabeled / a saved online calibration); from_parameters has no data to save")
         return save_online_calibration(self.calibration_report, path)
+
+
+def _refuse_state_file(path) -> None:
+    """A controller's saved state (:meth:`OnlineController.save`) given as a calibration: say what it is."""
+    import json
+
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return   # missing or not JSON: the calibration readers say so
+    if isinstance(doc, dict) and {"version", "config", "state"} <= set(doc):
+        raise ValueError(f"{path}: a controller state file (OnlineController.save), not a calibration; resume it "
+                         "with OnlineController.load(path), or give the file save_calibration or 03_calibrate wrote")

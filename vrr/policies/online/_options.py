@@ -137,7 +137,7 @@ def controller_config(*, M, k_max, rho0, rho1, alpha, beta, pi, policy, delta, t
     if not 0.0 < error_rate < 1.0:
         raise ValueError(f"{src}: field 'error_rate': expected a number in (0, 1), got {error_rate!r}")
     delta = default_delta(M) if delta is None else integer_field(delta, src, "delta",
-                                                                 "the retention margin, an integer")
+                                                                 "the retention margin, an integer >= 0", low=0)
     eta = number_field(eta, src, "eta", "the level of B_k's one-sided bounds, a number in (0, 1)")
     if not 0.0 < eta < 1.0:
         raise ValueError(f"{src}: field 'eta': expected a number in (0, 1), got {eta!r}")
