@@ -197,8 +197,9 @@ def judge_readability(paths, cfg: RunConfig, window=None) -> dict | None:
     them (``vrr.label.labeling.round_verdicts``).
 
     An unparsable vote enters the arrays, and so the calibration, as a rejection (the paper's runs did the
-    same; ``docs/engine.md``): where the share is high, the J, alpha and beta fitted from the window describe
-    the parser, not the judge, and ``warn`` is set (share above :data:`READABILITY_WARN`). None before any
+    same; ``docs/engine.md``): where the share is high, the rho0, rho1 and J fitted from the window's votes describe
+    the parser as much as the judge (alpha and beta come from labels), and ``warn`` is set (share above
+    :data:`READABILITY_WARN`). None before any
     record is stored. ``paths``: the run's :class:`vrr.loop.store.RunPaths` or folder; ``window``: its
     records when already read (:func:`vrr.loop.store.stored_window`)."""
     from collections import Counter
@@ -274,8 +275,8 @@ def readability_lines(r: dict) -> list[str]:
     if r["warn"]:
         quoted = "; ".join(f"{t!r} x{c}" for t, c in j["common_unparsed"])
         lines.append(f"warning: more than {READABILITY_WARN:.0%} of {j['model']}'s votes ({j['style']} style, "
-                     f"{j['max_tokens']} tokens) could not be read and count as rejections, so the J, alpha and "
-                     f"beta fitted from them describe the parser, not the judge. Most common: {quoted}. Raise "
+                     f"{j['max_tokens']} tokens) could not be read and count as rejections, so the rho0, rho1 and "
+                     f"J fitted from them describe the parser as much as the judge. Most common: {quoted}. Raise "
                      "verifier.max_tokens, choose another verifier.style, or another judge")
     return lines
 
@@ -286,4 +287,13 @@ def readability_note(r: dict) -> str:
     note = f"judge votes unparsable (counted as rejections): {_pct(j['window']['share'])} of the window's"
     if j["probe"]["votes"]:
         note += f", {_pct(j['probe']['share'])} of the probe's"
-    return note + (f" (above {READABILITY_WARN:.0%}: the calibration describes the parser)" if r["warn"] else "")
+    return note + (f" (above {READABILITY_WARN:.0%}: rho0, rho1 and J describe the parser as much as the judge)"
+                   if r["warn"] else "")
+
+
+def run_readability(run_dir) -> dict | None:
+    """:func:`judge_readability` of a stored run folder (``data/real/<setting>``, or a run under an out root),
+    read with its own ``config.json``: what 03 records in ``calibration.json`` and the stopping tables note."""
+    paths = store.run_paths(run_dir)
+    cfg = from_stored(store.read_stored_config(paths), str(paths.config))
+    return judge_readability(paths, cfg)
