@@ -109,3 +109,54 @@ def test_the_plugins_label_hostile_plans_invalid_without_raising():
     for text in ("\\boxed{" + "9" * HUGE_DIGITS + "}", "The answer is 1e309.", "\\boxed{" * DEEP):
         assert task.label_round({"plan": text}, problem) == 0
     assert not task.answers_agree("18", "1e309") and not task.answers_agree(None, "18")
+
+
+# --------------------------------------------------------------------------- linear reading of every extractor
+EXTRACTORS = {"gsm8k": gsm8k.extract_answer, "gsm8k.parse_number": gsm8k.parse_number,
+              "math500": math500.extract_answer, "mbpp": mbpp.extract_answer, "bfcl": bfcl.extract_answer,
+              "bfcl_multi.extract_calls": bfcl_multi.extract_calls, "bfcl_multi": bfcl_multi.extract_answer}
+# repeated units that make a backtracking or rescanning reader quadratic in time or memory
+UNITS = ["f(\n", "[f(\n", "f(\"\n", "```python\n", "```\n```python\n", "<tool_call>", "Turn 1: f(\n", "\\boxed{",
+         "The answer is ", "#### ", "1,", "- 1 "]
+CPU_SECONDS = 2.0     # per reading of the largest text a reader takes (generous: a linear reading takes ~0.1 s)
+PEAK_BYTES = 64 << 20  # per reading (a quadratic one took 1.8 GB)
+
+
+def _cost(fn, text: str) -> tuple[float, int]:
+    import time
+    import tracemalloc
+
+    tracemalloc.start()
+    t0 = time.process_time()
+    try:
+        fn(text)
+    finally:
+        seconds = time.process_time() - t0
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return seconds, peak
+
+
+@pytest.mark.parametrize("name", sorted(EXTRACTORS))
+def test_every_extractor_reads_hostile_text_in_linear_time_and_memory(name):
+    """The largest text a reader takes (just under MAX_MODEL_TEXT_CHARS) and 1 MB, made of each hostile unit:
+    bounded CPU time (time.process_time) and peak memory (tracemalloc)."""
+    fn = EXTRACTORS[name]
+    for unit in UNITS:
+        for size in (MAX_MODEL_TEXT_CHARS - 10, 1 << 20):
+            text = (unit * (size // len(unit) + 1))[:size]
+            seconds, peak = _cost(fn, text)
+            assert seconds < CPU_SECONDS and peak < PEAK_BYTES, (name, unit, size, seconds, peak)
+
+
+@pytest.mark.parametrize("text, calls", [
+    ("f(\n" * 8000, None),                                       # the issue's case: 21 CPU-s before
+    ("ls()\n" + "f(\n" * 8000, None),                            # beyond the work budget: no answer
+    ("[ls()]\n" + "f(\n" * 8000, "[ls()]"),                      # the first call list that parses
+    ("<tool_call>" * 3 + '<tool_call>{"name": "ls", "arguments": {}}</tool_call>', None),
+    ('<tool_call>{"name": "ls", "arguments": {}}</tool_call>' + "<tool_call>" * 5000, "[ls()]"),
+    ("cd(folder='a')\nls()\n", "[cd(folder='a'), ls()]"),       # ordinary plans read as before
+    ("f(\n  g(1)\n)", "[f(g(1)), g(1)]"),
+], ids=range(7))
+def test_bfcl_multi_call_extraction_is_bounded_and_unchanged_on_plans(text, calls):
+    assert bfcl_multi.extract_calls(text) == calls

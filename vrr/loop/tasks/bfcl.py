@@ -217,11 +217,13 @@ _FENCE = re.compile(r"```[^\n`]*\n?(.*?)```", re.S)
 _CALL_START = re.compile(r"(?m)^[ \t]*+(\[?)[ \t]*+[A-Za-z_$][\w$]*+(?:\.[A-Za-z_$][\w$]*+)*[ \t]*+\(")
 
 
-def _balanced(text: str, start: int) -> str:
+def _balanced(text: str, start: int, limit: int | None = None) -> str | None:
     """``text[start:]`` cut after the bracket that closes the first one (quotes respected); the whole
-    rest when it never closes (the checker then reports the syntax error)."""
+    rest when it never closes (the checker then reports the syntax error). With ``limit``, None when
+    the scan would read more than ``limit`` characters (the caller's work budget)."""
     depth, quote, k = 0, None, start
-    while k < len(text):
+    end = len(text) if limit is None else min(len(text), start + limit)
+    while k < end:
         c = text[k]
         if quote:
             if c == "\\":
@@ -238,6 +240,8 @@ def _balanced(text: str, start: int) -> str:
             if depth == 0:
                 return text[start:k + 1]
         k += 1
+    if end < len(text):
+        return None
     return text[start:].rstrip()
 
 

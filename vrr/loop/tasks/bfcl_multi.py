@@ -172,7 +172,6 @@ def load_bfcl_multi(split: str = "base") -> list[Problem]:
 
 # --------------------------------------------------------------------------- extraction
 _FENCE = re.compile(r"```[^\n`]*\n?(.*?)```", re.S)
-_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 _LIST_START = re.compile(r"(?m)^[ \t]*(?:\*\*)?\[[ \t\n]*[A-Za-z_][\w.]*[ \t]*\(")
 _CALL_LINE = re.compile(r"(?m)^[ \t]*(?:\d+\.[ \t]+|[-*][ \t]+)?([A-Za-z_][\w.]*)[ \t]*\(")
 _TURN_HEAD = re.compile(r"(?mi)^[ \t#*]*turn[ \t]+(\d{1,6})[ \t*]*:[ \t*]*")
@@ -184,7 +183,7 @@ def _json_calls(text: str) -> list[str]:
     ``{"function": f, "parameters": {...}}`` (bfcl-eval's JSON format): in ``<tool_call>`` blocks, else in
     fenced blocks or the whole text when that is one JSON value."""
     out = []
-    blocks = _TOOL_CALL.findall(text) or [b for b in _FENCE.findall(text) if b.strip()] or [text]
+    blocks = _tool_call_blocks(text) or [b for b in _FENCE.findall(text) if b.strip()] or [text]
     for block in blocks:
         try:
             obj = json.loads(block)
@@ -238,17 +237,53 @@ def _calls_of(source: str) -> list[str] | None:
     return None if any(c is None for c in calls) else calls
 
 
-def _region_calls(text: str) -> list[str]:
+WORK_PER_CHAR = 8  # characters scanned and parsed per character of a text, at most (see _Work)
+
+
+class _Work:
+    """The reading budget of one text: candidate call regions may overlap (a call line inside another
+    call's arguments), so each region's scan and parse is charged, up to :data:`WORK_PER_CHAR` characters
+    per character of the text (the committed plans use at most 2). Hostile text that would need more (thousands
+    of unclosed ``f(`` lines, each reaching to the end) is no answer, with the reason logged, instead of a
+    quadratic reading."""
+
+    def __init__(self, text: str):
+        self.left = WORK_PER_CHAR * len(text) + 10_000
+
+    def region(self, text: str, start: int) -> str:
+        region = _balanced(text, start, limit=self.left)
+        if region is None or len(region) * 2 > self.left:
+            raise ValueError(f"reading the calls needs more than {WORK_PER_CHAR} characters of work per character "
+                             "of text (overlapping unclosed calls)")
+        self.left -= 2 * len(region)  # its scan and its parse
+        return region
+
+
+def _tool_call_blocks(text: str) -> list[str]:
+    """The contents of the ``<tool_call>...</tool_call>`` blocks, stripped, in one pass (an opener without a
+    closer after it ends the search; a regex would rescan the rest of the text from every such opener)."""
+    out, pos = [], 0
+    while (a := text.find("<tool_call>", pos)) >= 0:
+        b = text.find("</tool_call>", a + len("<tool_call>"))
+        if b < 0:
+            break
+        out.append(text[a + len("<tool_call>"):b].strip())
+        pos = b + len("</tool_call>")
+    return out
+
+
+def _region_calls(text: str, work: _Work | None = None) -> list[str]:
     """Calls in one region: the first bracketed call list that parses, else every line that starts
     with a call (list markers allowed), each cut at its balancing bracket."""
+    work = work or _Work(text)
     for m in _LIST_START.finditer(text):
         start = text.index("[", m.start())
-        calls = _calls_of(_balanced(text, start))
+        calls = _calls_of(work.region(text, start))
         if calls:
             return calls
     out = []
     for m in _CALL_LINE.finditer(text):
-        calls = _calls_of(_balanced(text, m.start(1)))
+        calls = _calls_of(work.region(text, m.start(1)))
         if calls:
             out += calls
     return out
@@ -275,8 +310,9 @@ def extract_calls(text) -> str | None:
     calls = _json_calls(text)
     if not calls:
         blocks = [b for b in _FENCE.findall(text) if b.strip()]
+        work = _Work(text)
         for region in blocks or [text]:
-            calls += _region_calls(region)
+            calls += _region_calls(region, work)
     return "[" + ", ".join(calls) + "]" if calls else None
 
 

@@ -249,7 +249,7 @@ def _as_number(x) -> Fraction | None:
 
 
 MAX_BOX_CHARS = 1000        # of a box's content read for its number (a number opens a box)
-MAX_STATEMENT_CHARS = 2000  # of the line after an answer phrase read for its number
+MAX_STATEMENT_CHARS = 300  # of the line after an answer phrase read for its number (bounds each phrase's reading)
 
 
 def _boxes(text: str) -> list[tuple[int, str]]:
@@ -269,16 +269,21 @@ def _boxes(text: str) -> list[tuple[int, str]]:
     return sorted(out)
 
 
-# Answer phrases. The capture is a lookahead, so a phrase repeated on one line ("the answer is: The
-# answer is 48") is found at every occurrence. The first three are explicit statements; a bare
+# Answer phrases; what follows one on its line is its statement (a phrase repeated on one line, "the answer
+# is: The answer is 48", is found at every occurrence). The first three are explicit statements; a bare
 # "Answer: N" only counts when no explicit statement states a number.
-_CAPTURE = rf"(?=([^\n]{{0,{MAX_STATEMENT_CHARS}}}))"
 _ANSWER_PATTERNS = [
-    r"####\s*" + _CAPTURE,
-    r"(?:the\s+)?final\s+answer\s*(?:is|:|=)\s*:?\s*" + _CAPTURE,
-    r"the\s+answer\s+is\s*:?\s*" + _CAPTURE,
-    r"answer\s*[:=]\s*" + _CAPTURE,
+    r"####\s*",
+    r"(?:the\s+)?final\s+answer\s*(?:is|:|=)\s*:?\s*",
+    r"the\s+answer\s+is\s*:?\s*",
+    r"answer\s*[:=]\s*",
 ]
+
+
+def _line_after(text: str, start: int) -> str:
+    """The statement after an answer phrase: the rest of its line, at most :data:`MAX_STATEMENT_CHARS`
+    characters, cut only when it is read (so phrases repeated on one line never copy it once each)."""
+    return text[start:start + MAX_STATEMENT_CHARS].split("\n", 1)[0]
 _EXPLICIT = 3  # the first _EXPLICIT patterns (and boxes) are explicit answer statements
 _QUOTES = "\"\u201c\u00ab"
 
@@ -343,20 +348,21 @@ def extract_answer(text: str | None) -> str | None:
 def answer_statement(text: str | None) -> tuple[str | None, str | None]:
     """:func:`extract_answer` with the text it read the answer from: the box's content or the answer
     statement's line (None when the answer is only the last number of the text)."""
-    explicit, bare = [], []  # (position, quoted, box content or None, statement capture or None)
+    explicit, bare = [], []  # (position, quoted, box content or None, statement start or None)
     for pos, content in _boxes(text):
         explicit.append((pos, False, content, None))
     for rank, pat in enumerate(_ANSWER_PATTERNS):
         for hit in re.finditer(pat, text, flags=re.I):
-            (explicit if rank < _EXPLICIT else bare).append((hit.start(), _quoted(text, hit.start()), None, hit.group(1)))
+            (explicit if rank < _EXPLICIT else bare).append((hit.start(), _quoted(text, hit.start()), None, hit.end()))
     for group in (explicit, bare):
         for want_quoted in (False, True):
             for pos, quoted, box, capture in sorted(group, key=lambda t: t[0], reverse=True):
                 if quoted != want_quoted:
                     continue
-                v = parse_number(box) if box is not None else _stated_number(capture)
+                source = box if box is not None else _line_after(text, capture)
+                v = parse_number(source) if box is not None else _stated_number(source)
                 if v is not None:
-                    return _fmt(v), (box if box is not None else capture)
+                    return _fmt(v), source
     plain = text.replace("\u2212", "-")
     for m in reversed(list(re.finditer(_NUM, plain))):  # the grammar's tokens, last first
         v = _value_at(plain, m)

@@ -124,31 +124,32 @@ _NESTED_OPENER = re.compile(r"[ \t]*```([A-Za-z0-9_+.-]+)[ \t]*")  # a fence and
 _ANY_OPENER = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)")           # outside blocks a fence may follow text
 
 
-def code_blocks(text: str) -> list[tuple[int, str, str]]:
-    """The fenced blocks of a text as ``(start, tag, content)``, ordered by where they open. Outside
-    blocks, a fence opens one (with the word after it as its tag; it may follow text on its line).
-    Inside a block, a line that is a fence and a language tag alone opens a nested block (models nest
-    ```` ```python ```` inside ```` ``` ````); any other line starting with a fence (```` ``` ````,
-    ```` ```` ````, ```` ``` Explanation... ````) closes the innermost open block. Blocks still open at
-    the end run to the end (an output cut at the token budget)."""
-    lines = text.splitlines(keepends=True)
+def code_blocks(text: str) -> list[tuple[int, str, int, int]]:
+    """The fenced blocks of a text as ``(start, tag, content start, content end)``, ordered by where they
+    open (spans, not copies: nested blocks never copy the text once per level). Outside blocks, a fence
+    opens one (with the word after it as its tag; it may follow text on its line). Inside a block, a line
+    that is a fence and a language tag alone opens a nested block (models nest ```` ```python ```` inside
+    ```` ``` ````); any other line starting with a fence (```` ``` ````, ```` ```` ````, ```` ``` Explanation... ````)
+    closes the innermost open block. Blocks still open at the end run to the end (an output cut at the
+    token budget)."""
     blocks, stack, pos = [], [], 0  # stack: (start, tag, content start)
-    for line in lines:
-        body = line.rstrip("\r\n")
+    for line in text.splitlines(keepends=True):
         end = pos + len(line)
-        if stack:
-            nested = _NESTED_OPENER.fullmatch(body)
-            if nested:
-                stack.append((pos, nested.group(1).lower(), end))
-            elif _LINE_FENCE.match(body):
-                start, tag, content_start = stack.pop()
-                blocks.append((start, tag, text[content_start:pos]))
-        else:
-            m = _ANY_OPENER.search(body)
-            if m:
-                stack.append((pos + m.start(), m.group(1).lower(), end))
+        if "```" in line:  # a line without a fence neither opens nor closes a block
+            body = line.rstrip("\r\n")
+            if stack:
+                nested = _NESTED_OPENER.fullmatch(body)
+                if nested:
+                    stack.append((pos, nested.group(1).lower(), end))
+                elif _LINE_FENCE.match(body):
+                    start, tag, content_start = stack.pop()
+                    blocks.append((start, tag, content_start, pos))
+            else:
+                m = _ANY_OPENER.search(body)
+                if m:
+                    stack.append((pos + m.start(), m.group(1).lower(), end))
         pos = end
-    blocks += [(start, tag, text[content_start:]) for start, tag, content_start in stack]
+    blocks += [(start, tag, content_start, len(text)) for start, tag, content_start in stack]
     return sorted(blocks)
 
 
@@ -158,10 +159,11 @@ def extract_answer(text: str | None) -> str | None:
     if "```" not in text:
         return None
     blocks = code_blocks(text)
-    chosen = [c for _, tag, c in blocks if tag in _PY_TAGS] or [c for _, tag, c in blocks if not tag]
+    chosen = [b for b in blocks if b[1] in _PY_TAGS] or [b for b in blocks if not b[1]]
     if not chosen:
         return None
-    code = textwrap.dedent(chosen[-1]).strip("\n").rstrip()
+    _, _, a, b = chosen[-1]
+    code = textwrap.dedent(text[a:b]).strip("\n").rstrip()
     return code if code.strip() else None
 
 
