@@ -105,9 +105,13 @@ def test_a_shared_probe_is_counted_from_its_owner(tmp_path):
     cfg = small_cfg("t_pm", **{"probe.from": "t_fav", "window.N": 4})
     paths = generate(cfg, engine=FakeEngine(TASK), out_root=tmp_path, phases=("traj",), progress=False)
     st = run_status(paths, cfg, labels=False)
-    assert st["probe"] == {"done": 3, "total": 6, "from": "t_fav", "missing": ""}
+    source = st["probe"]["source"]
+    assert {k: v for k, v in st["probe"].items() if k != "source"} == {"done": 3, "total": 6, "from": "t_fav",
+                                                                      "missing": ""}
+    assert source == {"owner": "t_fav", "folder": str((tmp_path / "t_fav").resolve()), "generator": cfg.model,
+                      "judge": cfg.judge_model, "own": False}
     assert st["left"]["probe_plans"] == 0  # the owner's run generates them
-    assert "shared from t_fav" in format_status(st)
+    assert f"borrowed from t_fav, made by {cfg.model} and voted on by {cfg.judge_model}" in format_status(st)
     assert finalize_setting(paths, cfg) == "partial"  # the window waits for the owner's probe
 
 

@@ -14,6 +14,7 @@ from ..calibration.check import calibration_check, check_summary_line
 from ..calibration.estimators import labeled_mle, transition_rates
 from ..label.labeling import build_setting, stored_window
 from ..loop import store
+from ..loop.command_line import probe_source
 from ..loop.config import RunConfig, from_stored
 from ..stats.analysis import initial_vote_counts, loop_dynamics
 from .render import rate_text
@@ -61,7 +62,7 @@ def run_status(paths: store.RunPaths, cfg: RunConfig, labels: bool = True) -> di
         "instances": {"done": len(stored.traj), "total": len(stored.traj_want), "split": cfg.split,
                       "start": cfg.start},
         "probe": {"done": len(stored.probe), "total": len(stored.probe_want), "from": cfg.probe_from,
-                  "missing": stored.probe_missing},
+                  "missing": stored.probe_missing, "source": probe_source(cfg, paths.dir.parent)},
         "sessions": len(sessions),
         "engine_seconds": round(total["seconds"], 1), "load_seconds": round(total["load_seconds"], 1),
         "machines": machines,
@@ -112,7 +113,9 @@ def format_status(st: dict) -> str:
              f"  instances  {n['done']} of {n['total']} ({n['split']} {n['start']}..{n['start'] + n['total'] - 1})"]
     probe = f"  probe      {p['done']} of {p['total']} plans"
     if p["from"]:
-        probe += f", shared from {p['from']}" + (f" ({p['missing']})" if p["missing"] else "")
+        source = p.get("source") or {}
+        voted = f", made by {source['generator']} and voted on by {source['judge']}" if source.get("judge") else ""
+        probe += f", borrowed from {p['from']}{voted}" + (f" ({p['missing']})" if p["missing"] else "")
     lines.append(probe)
     if not st["started"]:
         lines.append("  nothing generated yet")
