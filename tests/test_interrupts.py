@@ -110,12 +110,14 @@ def test_the_next_run_removes_what_a_killed_owner_left_and_says_so(tmp_path):
     gone.wait()
     live = os.getpid()
     live_start = int(Path(f"/proc/{live}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    stale_name, live_name = f"{PREFIX}-{gone.pid}-t{start}-1", f"{PREFIX}-{live}-t{live_start}-99"
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    stale_name, live_name = f"{PREFIX}-{gone.pid}-t{start}-n{ns}-1", f"{PREFIX}-{live}-t{live_start}-n{ns}-99"
+    elsewhere = f"{PREFIX}-{gone.pid}-t{start}-n{ns + 1}-1"   # the same pid in another PID namespace: not ours
     sleeper = subprocess.Popen(["sleep", "600"])
     made = []
     try:
         for parent in _cgroup_parents():
-            for name in (stale_name, live_name):
+            for name in (stale_name, live_name, elsewhere):
                 Path(parent, name).mkdir()
                 made.append(Path(parent, name))
             Path(parent, stale_name, "cgroup.procs").write_text(str(sleeper.pid))
@@ -130,7 +132,8 @@ def test_the_next_run_removes_what_a_killed_owner_left_and_says_so(tmp_path):
         assert f"left by process {gone.pid}" in r.stderr and "killed" in r.stderr
         assert sleeper.wait(timeout=PATIENCE) == -signal.SIGKILL
         assert not folder.exists()
-        assert all(not Path(p, stale_name).exists() and Path(p, live_name).is_dir() for p in _cgroup_parents())
+        assert all(not Path(p, stale_name).exists() and Path(p, live_name).is_dir() and Path(p, elsewhere).is_dir()
+                   for p in _cgroup_parents())
     finally:
         sleeper.kill()
         sleeper.wait()

@@ -344,8 +344,9 @@ KERNEL_PREFIX = "vrr-kernel-"       # a runner's folder of kernel sockets, in th
 
 
 def _owner() -> str:
-    """``<pid>-t<start>`` of this process: the pid and its start time (a reused pid is another owner)."""
-    return f"{os.getpid()}-t{_start_ticks(os.getpid())}"
+    """``<pid>-t<start>-n<ns>`` of this process: the pid, its start time (a reused pid is another owner) and its
+    PID namespace (a runner of another namespace, one sharing the results folder, is never judged)."""
+    return f"{os.getpid()}-t{_start_ticks(os.getpid())}-n{os.stat('/proc/self/ns/pid').st_ino}"
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -370,8 +371,8 @@ def remove_stale_runner_folders(folders: Sequence[Path]) -> list[Path]:
         except OSError:
             continue
         for name in names:
-            m = re.match(r"(\d+)-t(\d+)(-|$)", name[len(prefix):])
-            if m and _start_ticks(int(m[1])) != int(m[2]):
+            m = re.match(r"(\d+)-t(\d+)-n(\d+)(-|$)", name[len(prefix):])
+            if m and int(m[3]) == os.stat("/proc/self/ns/pid").st_ino and _start_ticks(int(m[1])) != int(m[2]):
                 shutil.rmtree(folder / name, ignore_errors=True)
                 removed.append(folder / name)
                 print(f"vrr notebook: removed {folder / name}, left by runner process {m[1]}, which was killed",
@@ -386,7 +387,7 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
     The kernel is started once and its namespace is reset between notebooks (:data:`RESET_KERNEL`): a
     notebook sees none of the previous one's variables, but the libraries imported before stay loaded,
     which halves the CPU time of a setting's five notebooks (``docs/profile.md``). Each notebook runs into
-    ``<output>.tmp.ipynb`` inside this runner's own folder beside it (``.vrr-running-<pid>-t<start>``);
+    ``<output>.tmp.ipynb`` inside this runner's own folder beside it (``.vrr-running-<pid>-t<start>-n<ns>``);
     success renames it to ``output``; a failure keeps it as ``<output stem>.failed.ipynb``, prints the log
     and runs nothing after it. SIGTERM, SIGINT and SIGHUP stop the kernel, and the death of the parent
     (``make``, by any signal) sends SIGTERM (:func:`die_with_parent`), so killing ``make`` stops the whole

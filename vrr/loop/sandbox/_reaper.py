@@ -1,9 +1,10 @@
 """What sandbox runs leave on the host when their process dies without cleaning up, and who removes it.
 
 A run's cgroup and its host-side folder (program, captured output) are named
-``<prefix>-<owner>-...`` (``prefix``: :data:`CGROUP_PREFIX`), where ``<owner>`` is ``<pid>-t<start>``: the
-pid and the start time (clock ticks since boot, ``/proc/<pid>/stat``) of the process that made them, so a
-reused pid is another owner. A run removes both when it ends, however it ends in Python (an exception,
+``<prefix>-<owner>-...`` (``prefix``: :data:`CGROUP_PREFIX`), where ``<owner>`` is ``<pid>-t<start>-n<ns>``:
+the pid and the start time (clock ticks since boot, ``/proc/<pid>/stat``) of the process that made them, so a
+reused pid is another owner, and its PID namespace (the inode of ``/proc/self/ns/pid``): an owner in another
+namespace (a container sharing the cgroup tree) is never judged, as its pid means nothing here. A run removes both when it ends, however it ends in Python (an exception,
 Ctrl-C). Where the process gets no chance to (SIGKILL, or a SIGTERM that kills its process group at
 once), two mechanisms take over:
 
@@ -31,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-_OWNER = re.compile(r"(\d+)-t(\d+)-")
+_OWNER = re.compile(r"(\d+)-t(\d+)-n(\d+)-")
 LAUNCHER_FILE = "bwrap-pid"   # in a run's folder: "<pid> <start>" of its bubblewrap, the leader of its process group
 
 
@@ -48,23 +49,29 @@ def start_ticks(pid: int) -> int | None:
 _TAG: tuple[int, str] = (0, "")
 
 
+def pid_namespace() -> int:
+    """The inode of this process's PID namespace."""
+    return os.stat("/proc/self/ns/pid").st_ino
+
+
 def owner_tag() -> str:
-    """``<pid>-t<start>`` of this process."""
+    """``<pid>-t<start>-n<ns>`` of this process."""
     global _TAG
     if _TAG[0] != os.getpid():
-        _TAG = (os.getpid(), f"{os.getpid()}-t{start_ticks(os.getpid())}")
+        _TAG = (os.getpid(), f"{os.getpid()}-t{start_ticks(os.getpid())}-n{pid_namespace()}")
     return _TAG[1]
 
 
-def _owner_of(name: str, prefix: str) -> tuple[int, int] | None:
+def _owner_of(name: str, prefix: str) -> tuple[int, int, int] | None:
     if not name.startswith(prefix + "-"):
         return None
     m = _OWNER.match(name, len(prefix) + 1)
-    return (int(m[1]), int(m[2])) if m else None
+    return (int(m[1]), int(m[2]), int(m[3])) if m else None
 
 
-def _gone(owner: tuple[int, int]) -> bool:
-    return start_ticks(owner[0]) != owner[1]
+def _gone(owner: tuple[int, int, int]) -> bool:
+    """Whether the owner (pid, start, namespace) has exited; never for an owner of another PID namespace."""
+    return owner[2] == pid_namespace() and start_ticks(owner[0]) != owner[1]
 
 
 def _cgroup_pids(folder: Path) -> list[int]:
@@ -121,7 +128,7 @@ def kill_launcher_group(folder: Path) -> None:
             pass
 
 
-def _entries(prefix: str, cgroup_roots: list[str], tmp: str) -> list[tuple[str, Path, tuple[int, int]]]:
+def _entries(prefix: str, cgroup_roots: list[str], tmp: str) -> list[tuple[str, Path, tuple[int, int, int]]]:
     """("cgroup" | "folder", path, owner) of every cgroup and host folder named by ``prefix``."""
     out = []
     for kind, parent in [("cgroup", r) for r in cgroup_roots] + [("folder", tmp)]:
@@ -148,8 +155,8 @@ def _remove(entries) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def remove_owned(prefix: str, owner: tuple[int, int], cgroup_roots: list[str], tmp: str) -> int:
-    """Kill and remove the cgroups and folders of ``owner`` (pid, start); how many there were."""
+def remove_owned(prefix: str, owner: tuple[int, int, int], cgroup_roots: list[str], tmp: str) -> int:
+    """Kill and remove the cgroups and folders of ``owner`` (pid, start, namespace); how many there were."""
     entries = [e for e in _entries(prefix, cgroup_roots, tmp) if e[2] == owner]
     _remove(entries)
     return len(entries)
@@ -158,12 +165,12 @@ def remove_owned(prefix: str, owner: tuple[int, int], cgroup_roots: list[str], t
 def remove_stale(prefix: str, cgroup_roots: list[str], tmp: str, say=None) -> list[str]:
     """Kill and remove the cgroups and folders whose owner is gone; one line per owner, also given to ``say``
     (default: stderr)."""
-    by_owner: dict[tuple[int, int], list] = {}
+    by_owner: dict[tuple[int, int, int], list] = {}
     for entry in _entries(prefix, cgroup_roots, tmp):
         if _gone(entry[2]):
             by_owner.setdefault(entry[2], []).append(entry)
     lines = []
-    for (pid, _), entries in sorted(by_owner.items()):
+    for (pid, _, _), entries in sorted(by_owner.items()):
         _remove(entries)
         n_cg = sum(e[0] == "cgroup" for e in entries)
         lines.append(f"vrr sandbox: removed {n_cg} cgroup(s) and {len(entries) - n_cg} folder(s) left by process "
@@ -178,14 +185,14 @@ def start_guard(prefix: str, cgroup_roots: list[str], tmp: str) -> subprocess.Po
     """Start the guard of this process (module docstring)."""
     pid = os.getpid()
     return subprocess.Popen([sys.executable, "-I", "-S", os.path.abspath(__file__), prefix, str(pid),
-                             str(start_ticks(pid)), tmp, *cgroup_roots],
+                             str(start_ticks(pid)), str(pid_namespace()), tmp, *cgroup_roots],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True, close_fds=True)
 
 
 def _guard(argv: list[str]) -> None:
-    prefix, pid, start, tmp, *roots = argv
-    owner = (int(pid), int(start))
+    prefix, pid, start, ns, tmp, *roots = argv
+    owner = (int(pid), int(start), int(ns))
     try:
         fd = os.pidfd_open(owner[0])
     except OSError:   # already gone
