@@ -24,6 +24,8 @@ CASES = [
     (["generate", "gsm8k_cpu_favorable", "--phase", "prob"], "probe"),
     (["stauts", "gsm8k_cpu_favorable"], "status"),
     (["label", "data/real/gsm8k_cpu_favorit"], "data/real/gsm8k_cpu_favorable"),
+    (["measure-judge-styles", "gsm8k_cpu_favorable", "--styles", "verdic:16", "--backend", "fake"], "verdict"),
+    (["status", "gsm8k_cpu_favorable", "--no-progress"], "an option of another subcommand"),
 ]
 
 
@@ -34,7 +36,7 @@ def test_an_unknown_name_is_one_line_with_the_nearest_and_exit_2(argv, near):
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
-    assert near in lines[0] and "did you mean" in lines[0], lines[0]
+    assert near in lines[0] and ("did you mean" in lines[0] or "another subcommand" in lines[0]), lines[0]
     assert out.stdout == ""
 
 

@@ -552,8 +552,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .loop import runner, store, summary
     from .common.names import ForgivingParser
     from .report.status import window_gaps
-    from .loop.command_line import (check_model_names, check_run_folder, count_arg, probe_source, shard_arg,
-                                    swapped_models)
+    from .loop.command_line import (check_model_names, check_run_folder, count_arg, judge_styles_arg, probe_source,
+                                    shard_arg, swapped_models)
     from .loop.config import WINDOW_KEYS, from_stored, run_config
 
     ap = ForgivingParser(prog="python -m vrr", description="VRR-Stop reproduction: run the LLM loop, label.")
@@ -606,7 +606,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lab.add_argument("run_dirs", nargs="+")
     j = sub.add_parser("measure-judge-styles", help="J of each judge style on the same plans (no generation)")
     setting_args(j)
-    j.add_argument("--styles", required=True, help="comma list: style[:votes[:max_plans]]")
+    j.add_argument("--styles", required=True, type=judge_styles_arg, help="comma list: style[:votes[:max_plans]]")
     j.add_argument("--split", default="train")
     j.add_argument("--start", type=count_arg, default=5000)
     j.add_argument("--problems", type=count_arg, default=40)
@@ -657,7 +657,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if a.command == "measure-judge-styles":
         engines = runner.make_engines(rc, runner.get_task(rc.dataset), options=cfg["engine"])
-        res = runner.measure_judge_styles(engines, rc, a.styles.split(","), split=a.split, start=a.start,
+        res = runner.measure_judge_styles(engines, rc, a.styles, split=a.split, start=a.start,
                                           n=a.problems, votes=rc.probe_votes, out_path=a.out)
         print(json.dumps(res, indent=1))
         return 0

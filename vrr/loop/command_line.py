@@ -122,3 +122,20 @@ def check_probe_voters(paths: store.RunPaths, cfg: RunConfig) -> None:
                                   f"{source['generator']} and voted on by {source['judge']}; this run's generator "
                                   f"and judge are {cfg.model} and {cfg.judge_model}. Give it a probe of its own: "
                                   "--set probe.from=null (with --probe-n N where the setting has none)")
+
+
+def judge_styles_arg(text: str) -> list[str]:
+    """``--styles style[:votes[:max_plans]],...`` of ``measure-judge-styles``, checked before any engine starts: an
+    unknown style is one line with the nearest known ones, a count that is not a whole number is named."""
+    from ..settings import JUDGE_STYLES
+
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("give at least one judge style, e.g. verdict:16")
+    for item in items:
+        style, *counts = item.split(":")
+        if style not in JUDGE_STYLES:
+            raise argparse.ArgumentTypeError(str(UnknownNameError("judge style", style, JUDGE_STYLES)))
+        if len(counts) > 2 or any(not c.isdigit() or int(c) < 1 for c in counts):
+            raise argparse.ArgumentTypeError(f"{item!r}: expected style[:votes[:max_plans]], whole numbers >= 1")
+    return items
