@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ...calibration import inputs
 from ...calibration.estimators import (MIN_VOTES, binomial_mixture_em, defined_rate, labeled_mle,
                                        transition_rates)
 from ...calibration.check import calibration_check, check_summary_line
@@ -34,6 +35,7 @@ from ...calibration.identifiability import PARAM_NAMES, labeled_j_diagnostic
 from ...calibration.round_dynamics import shrinkage_strength, shrunk_rate
 from ...core.model import NoiseParams
 from ._modes import planned_mode
+from ._options import MAX_ROUNDS
 
 
 
@@ -128,12 +130,12 @@ def _label(value, source: str, name: str) -> int:
 
 
 def _first_plans(votes, labels, M, source: str, labeled: bool = True):
-    """Accept counts of the first plans (from counts or from 0/1 vote lists) and M."""
+    """Accept counts of the first plans (from counts or from 0/1 vote lists) and M, checked by
+    :mod:`vrr.calibration.inputs` (integers in 0..M, labels 0/1, no NaN, M <= MAX_VOTES; the field named)."""
     if isinstance(votes, (str, bytes, dict)) or not hasattr(votes, "__len__") or len(votes) == 0:
         raise ValueError(f"{source}: field 'votes': expected a non-empty list of accept counts or vote lists")
-    if M is not None and (isinstance(M, (bool, np.bool_)) or not isinstance(M, (int, np.integer)) or M < 1):
-        raise ValueError(f"{source}: field 'M': expected an integer >= 1, got {M!r}")
-    counts = []
+    if M is not None:
+        M = inputs.votes_per_plan(M, "M", source)
     lists = [isinstance(v, (list, tuple, np.ndarray)) for v in votes]
     if any(lists) and not all(lists):
         raise ValueError(f"{source}: field 'votes': mixes vote lists and counts")
@@ -146,22 +148,21 @@ def _first_plans(votes, labels, M, source: str, labeled: bool = True):
             raise ValueError(f"{source}: field 'M': {M!r}, the vote lists have {inferred} votes")
         if inferred < 1:
             raise ValueError(f"{source}: field 'votes': vote lists are empty (M = 0)")
-        M = inferred
-        for i, row in enumerate(votes):
-            counts.append(sum(_label(v, source, f"votes[{i}]") for v in row))
+        M = inputs.votes_per_plan(inferred, "M", source)
+        counts = inputs.labels(votes, "votes", source).sum(axis=1, dtype=np.int64)
     else:
         if M is None:
             raise ValueError(f"{source}: field 'M': accept counts need M (votes per plan); or give vote lists")
-        for i, v in enumerate(votes):
-            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not 0 <= v <= M:
-                raise ValueError(f"{source}: field 'votes[{i}]': expected an accept count in 0..{M}, got {v!r}")
-            counts.append(int(v))
-    counts = np.asarray(counts, dtype=np.int64)
+        counts = inputs.accept_counts(votes, M, "votes", source)
+    if counts.ndim != 1:
+        raise ValueError(f"{source}: field 'votes': expected one accept count or vote list per plan")
     if not labeled:
         return counts, None, int(M)
     if isinstance(labels, (str, bytes, dict)) or not hasattr(labels, "__len__") or len(labels) != len(counts):
         raise ValueError(f"{source}: field 'labels': expected one 0/1 label per plan ({len(counts)})")
-    y = np.array([_label(v, source, f"labels[{i}]") for i, v in enumerate(labels)], dtype=np.int64)
+    y = inputs.labels(labels, "labels", source).astype(np.int64)
+    if y.ndim != 1:
+        raise ValueError(f"{source}: field 'labels': expected one 0/1 label per plan ({len(counts)})")
     return counts, y, int(M)
 
 
@@ -264,7 +265,9 @@ def fit_report(data: dict, *, M: int, k_max: int, policy: str, j_min: float, eta
         j_hat = j_ci = j_p = None
     else:
         j_hat, j_ci, j_p = diag.j_hat, (diag.ci_low, diag.ci_high), diag.p_value
-    mode, reason = planned_mode(policy, j_hat, j_min, j_ci=j_ci, check=check)
+    # labeled rates keep the belief calibrated at any J (vrr.policies.mode): Algorithm 1 runs Stop on them
+    mode, reason = planned_mode(policy, j_hat, j_min, j_ci=j_ci, check=check,
+                                evidence={"labeled_rates": method == "labeled_mle", "replay": None})
     rounds = None
     if rep["per_round"] and k_max > 0:
         kappa_a = shrinkage_strength(rep["fixed"], rep["invalid_before"], alpha)
@@ -318,12 +321,13 @@ def controller_arguments(report: CalibrationReport, policy: str | None, round_dy
     if policy == "algorithm1":
         kwargs["eta"] = report.eta
     kwargs["check"] = report.check
+    kwargs["mode_evidence"] = {"labeled_rates": report.method == "labeled_mle", "replay": None}
     if report.j_hat is not None:   # Algorithm 1's mode; under VRR-Stop / VRR-Guard its reason names the J test
         kwargs["j_hat"] = report.j_hat
     kwargs.update(options)
     # the report states what will run: the mode of the policy and J inputs the controller gets
     mode, reason = planned_mode(policy, kwargs.get("j_hat"), kwargs["j_min"], kwargs.get("stop_mode"),
-                                j_ci=report.j_ci, check=kwargs.get("check"))
+                                j_ci=report.j_ci, check=kwargs.get("check"), evidence=kwargs.get("mode_evidence"))
     if (policy, mode, reason, kwargs["j_min"]) != (report.policy, report.mode, report.reason, report.j_min):
         report = dataclasses.replace(report, policy=policy, mode=mode, reason=reason, j_min=float(kwargs["j_min"]))
     if report.j_hat is not None and not math.isnan(report.j_hat) and policy != "algorithm1" and (
@@ -342,8 +346,9 @@ def _settings(options: dict, source: str) -> tuple[float, int]:
 
 
 def check_k_max(k_max, source: str) -> int:
-    if isinstance(k_max, (bool, np.bool_)) or not isinstance(k_max, (int, np.integer)) or k_max < 0:
-        raise ValueError(f"{source}: field 'k_max': expected an integer >= 0, got {k_max!r}")
+    """K_max, an integer in 0..:data:`MAX_ROUNDS` (per-round tables have K_max entries)."""
+    if isinstance(k_max, (bool, np.bool_)) or not isinstance(k_max, (int, np.integer)) or not 0 <= k_max <= MAX_ROUNDS:
+        raise ValueError(f"{source}: field 'k_max': expected an integer in 0..{MAX_ROUNDS}, got {k_max!r}")
     return int(k_max)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from ...common.atomic import atomic_write
 from ...core.model import NoiseParams
 from ._calibrate import CalibrationReport, calibrate_labeled, check_k_max, controller_arguments, fit_report
+from ._options import MAX_M
 
 FORMAT = "vrr-online-calibration"
 FORMAT_VERSION = 1
@@ -44,8 +45,8 @@ def is_online_calibration(path: str | os.PathLike) -> bool:
     if not path.is_file():
         return False
     try:
-        doc = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        doc = json.loads(path.read_bytes().decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         return False
     return isinstance(doc, dict) and doc.get("format") == FORMAT
 
@@ -65,9 +66,11 @@ def read_online_calibration(path: str | os.PathLike) -> CalibrationReport:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: calibration file not found")
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(path.read_bytes().decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not valid JSON (nested too deeply)") from None
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: expected a JSON object")
     for key in ("format", "version", "M", "k_max", "policy", "j_min", "eta", "seed", "data", "report"):
@@ -77,8 +80,8 @@ def read_online_calibration(path: str | os.PathLike) -> CalibrationReport:
         raise ValueError(f"{path}: field 'version': {doc['format']!r} version {doc['version']!r}; this code reads "
                          f"{FORMAT!r} version {FORMAT_VERSION}")
     M, k_max = doc["M"], doc["k_max"]
-    if isinstance(M, bool) or not isinstance(M, int) or M < 1:
-        raise ValueError(f"{path}: field 'M': expected an integer >= 1, got {M!r}")
+    if isinstance(M, bool) or not isinstance(M, int) or not 1 <= M <= MAX_M:
+        raise ValueError(f"{path}: field 'M': expected an integer in 1..{MAX_M}, got {M!r}")
     k_max = check_k_max(k_max, src)
     if doc["policy"] not in ("algorithm1", "vrr_stop", "vrr_guard"):
         raise ValueError(f"{path}: field 'policy': {doc['policy']!r} is not a policy")

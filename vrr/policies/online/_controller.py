@@ -24,7 +24,8 @@ from ._decision import Decision, Step
 from ._modes import planned_mode
 from ._options import controller_config, radius_points, refuse_unknown_options, repair_rates
 from ._round import Round
-from ._state import STATE_KEYS, ControllerStateError, read_calibration, read_document, read_state, state_dict
+from ._state import (STATE_KEYS, ControllerStateError, parse_document, read_calibration, read_document, read_state,
+                     state_dict)
 
 
 class OnlineController(Constructors):
@@ -45,12 +46,12 @@ class OnlineController(Constructors):
                  policy: str | None = None, delta: int | None = None, tau: float | None = None,
                  repair_cost: float | None = None, value: float = 1.0, draws: dict | None = None, eta: float = 0.05,
                  j_hat: float | None = None, j_min: float = 0.10, check: dict | None = None,
-                 stop_mode: bool | None = None, sequential: str = "off", error_rate: float = 0.01, budget_calls: int | None = None,
+                 mode_evidence: dict | None = None, stop_mode: bool | None = None, sequential: str = "off", error_rate: float = 0.01, budget_calls: int | None = None,
                  budget_tokens: int | None = None, source: str = "parameters"):
         self._cfg = controller_config(
             M=M, k_max=k_max, rho0=rho0, rho1=rho1, alpha=alpha, beta=beta, pi=pi, policy=policy, delta=delta,
             tau=tau, repair_cost=repair_cost, value=value, draws=draws, eta=eta, j_hat=j_hat, j_min=j_min,
-            check=check, stop_mode=stop_mode, sequential=sequential, error_rate=error_rate,
+            check=check, mode_evidence=mode_evidence, stop_mode=stop_mode, sequential=sequential, error_rate=error_rate,
             budget_calls=budget_calls, budget_tokens=budget_tokens, source=source)
         self.calibration_report = None   # set by from_labeled / from_unlabeled / from_calibration
         self._critical = None            # VRR-Stop's breakpoints per round (future-aware curtailment), lazily
@@ -121,7 +122,7 @@ class OnlineController(Constructors):
         self._prior = c["pi"]
         self._prior_grid = None if self._grid is None else self._grid["pi"].copy()
         self._mode, self._reason = planned_mode(c["policy"], c["j_hat"], c["j_min"], c["stop_mode"], j_ci=ci,
-                                                check=c["check"])
+                                                check=c["check"], evidence=c["mode_evidence"])
         self._incumbent: int | None = None
         self._incumbent_votes: int | None = None
         self._best_round: int | None = None     # the judged plan with the highest posterior (budget commit)
@@ -361,11 +362,7 @@ class OnlineController(Constructors):
     @classmethod
     def from_json(cls, text: str, source: str = "controller state") -> "OnlineController":
         """Inverse of :meth:`to_json`."""
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ControllerStateError(f"{source}: not valid JSON ({exc})") from None
-        return cls.from_dict(data, source)
+        return cls.from_dict(parse_document(text, source), source)
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the state to ``path`` atomically."""
@@ -378,4 +375,4 @@ class OnlineController(Constructors):
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"{path}: controller state file not found")
-        return cls.from_json(path.read_text(), source=str(path))
+        return cls.from_json(path.read_bytes(), source=str(path))

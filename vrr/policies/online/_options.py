@@ -17,15 +17,18 @@ import math
 import numpy as np
 
 from ...calibration.gain_radius import PARAM_NAMES
+from ...calibration.inputs import MAX_VOTES
 from ...common.jsonio import json_default
 from ._budget import tau_for_cost
 from ._checks import integer_field, number_field, unit_field
 from ._modes import POLICIES, default_delta
 
 SEQUENTIAL = ("off", "exact", "predictive", "sprt")
+MAX_M = MAX_VOTES   # votes per round: every (M + 1)-sized table stays small; far above any verifier budget
+MAX_ROUNDS = 1000   # K_max: per-round tables (alpha_t, beta_t, repair counts) have K_max entries
 CONFIG_FIELDS = ("M", "k_max", "rho0", "rho1", "alpha", "beta", "pi", "policy", "delta", "tau", "repair_cost",
-                 "value", "draws", "eta", "j_hat", "j_min", "check", "stop_mode", "sequential", "error_rate",
-                 "budget_calls", "budget_tokens", "source")
+                 "value", "draws", "eta", "j_hat", "j_min", "check", "mode_evidence", "stop_mode", "sequential",
+                 "error_rate", "budget_calls", "budget_tokens", "source")
 
 
 class UnknownOptionError(ValueError, TypeError):
@@ -120,14 +123,46 @@ def _check(check, src: str) -> dict | None:
     return json.loads(json.dumps(check, default=json_default))
 
 
+def _mode_evidence(evidence, src: str) -> dict | None:
+    """What Algorithm 1's mode rests on besides J-hat (``vrr.policies.mode.algorithm1_mode``): None, or
+    ``{"labeled_rates": bool, "replay": null | {"v_stop", "v_guard", "n"}}`` (the labeled replay of both modes on
+    the calibration's trajectories)."""
+    if evidence is None:
+        return None
+    if not isinstance(evidence, dict) or set(evidence) - {"labeled_rates", "replay"}:
+        raise ValueError(f"{src}: field 'mode_evidence': expected null or an object with 'labeled_rates' and "
+                         f"'replay', got {evidence!r}")
+    labeled = evidence.get("labeled_rates", False)
+    if not isinstance(labeled, (bool, np.bool_)):
+        raise ValueError(f"{src}: field 'mode_evidence.labeled_rates': expected true or false, got {labeled!r}")
+    replay = evidence.get("replay")
+    if replay is not None:
+        if not isinstance(replay, dict) or set(replay) != {"v_stop", "v_guard", "n"}:
+            raise ValueError(f"{src}: field 'mode_evidence.replay': expected null or an object with v_stop, v_guard "
+                             f"and n, got {replay!r}")
+        for name in ("v_stop", "v_guard"):
+            v = number_field(replay[name], src, f"mode_evidence.replay.{name}", "a validity in [0, 1]")
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"{src}: field 'mode_evidence.replay.{name}': expected a validity in [0, 1], "
+                                 f"got {v!r}")
+        replay = {"v_stop": float(replay["v_stop"]), "v_guard": float(replay["v_guard"]),
+                  "n": integer_field(replay["n"], src, "mode_evidence.replay.n", "an integer >= 1", low=1)}
+    return {"labeled_rates": bool(labeled), "replay": replay}
+
+
 def controller_config(*, M, k_max, rho0, rho1, alpha, beta, pi, policy, delta, tau, repair_cost, value, draws, eta,
-                      j_hat, j_min, check, stop_mode, sequential, error_rate, budget_calls, budget_tokens,
+                      j_hat, j_min, check, stop_mode, mode_evidence=None, sequential, error_rate, budget_calls, budget_tokens,
                       source) -> dict:
     """The controller's config from its keyword arguments (``OnlineController`` documents them), checked:
     a bad value raises ValueError naming ``source`` and the field."""
     src = source
-    M = integer_field(M, src, "M", "votes per round, an integer >= 1", low=1)
-    k_max = integer_field(k_max, src, "k_max", "the repair budget, an integer >= 0", low=0)
+    M = integer_field(M, src, "M", f"votes per round, an integer in 1..{MAX_M}", low=1)
+    if M > MAX_M:
+        raise ValueError(f"{src}: field 'M': expected votes per round, an integer in 1..{MAX_M}, got {M!r}")
+    k_max = integer_field(k_max, src, "k_max", f"the repair budget, an integer in 0..{MAX_ROUNDS}", low=0)
+    if k_max > MAX_ROUNDS:
+        raise ValueError(f"{src}: field 'k_max': expected the repair budget, an integer in 0..{MAX_ROUNDS}, "
+                         f"got {k_max!r}")
     policy = _choose_policy(policy, draws, j_hat, stop_mode, src)
     if policy not in POLICIES:
         raise ValueError(f"{src}: field 'policy': {policy!r} is not one of {POLICIES}")
@@ -168,6 +203,7 @@ def controller_config(*, M, k_max, rho0, rho1, alpha, beta, pi, policy, delta, t
            "pi": unit_field(pi, src, "pi"), "policy": policy, "delta": delta, "tau": tau,
            "repair_cost": None if repair_cost is None else float(repair_cost), "value": value,
            "draws": None, "eta": eta, "j_hat": j_hat, "j_min": j_min, "check": _check(check, src),
+           "mode_evidence": _mode_evidence(mode_evidence, src),
            "stop_mode": None if stop_mode is None else bool(stop_mode),
            "sequential": sequential, "error_rate": error_rate, "budget_calls": budget_calls,
            "budget_tokens": budget_tokens, "source": str(source)}
