@@ -13,7 +13,7 @@ CASES = [
     (["status", "gsm8k_cpu_favorit"], "gsm8k_cpu_favorable"),
     (["generate", "gsm8k_cpu_favorit", "--backend", "fake"], "gsm8k_cpu_favorable"),
     (["resolve", "gsm8k_cpu_favorit"], "gsm8k_cpu_favorable"),
-    (["measure-judge-styles", "gsm8k_cpu_favorit", "--styles", "yesno"], "gsm8k_cpu_favorable"),
+    (["measure-judge-styles", "gsm8k_cpu_favorit", "--styles", "verdict"], "gsm8k_cpu_favorable"),
     (["status", "gsm8k_cpu_favorable.yml"], "gsm8k_cpu_favorable"),
     (["resolve", "settings/gsm8k_cpu_favorable.yml"], "settings/gsm8k_cpu_favorable.yaml"),
     (["resolve", "gsm8k_cpu_favorable", "--verifier", "smollm2-135"], "smollm2-135m"),
