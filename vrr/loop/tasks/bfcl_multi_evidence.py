@@ -14,12 +14,32 @@ CALL_CHARS = 160    # of each call shown (its name always stays whole)
 CALL_LIST_CHARS = 1500  # a turn's call list longer than this is not repeated on its header line
 EVIDENCE_CHARS = 6000  # of a whole replay shown to the judge or the repairer (an 8k-token context holds the docs too)
 EXECUTOR_FAILED = "Error during execution: the executor failed"
+NAME_CHARS = 60  # of a call's name shown; a longer name is cut with a marker
+# what would start a new line for a reader (line breaks of any kind) or hide text (other control characters)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def one_line(text) -> str:
+    """``text`` on one line: line breaks and other control characters escaped (``\\n``, ``\\x1b``,
+    ``\\u2028``), so a call, a result or a state change can never add a line of its own ("Turn 2: ..." or
+    "-> state changed: ...") to the evidence the judge reads."""
+    return _CONTROL.sub(lambda m: _ESCAPES.get(m.group(), f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                                               else f"\\u{ord(m.group()):04x}"), str(text))
 
 
 def call_name(call: str) -> str:
-    """The function name of an execution string (``cd(folder='x')`` -> ``cd``)."""
+    """The function name of an execution string (``cd(folder='x')`` -> ``cd``), on one line and at most
+    :data:`NAME_CHARS` characters (a longer one ends in ``[...]``)."""
     m = re.match(r"\s*([A-Za-z_][\w.]*)\s*\(", call)
-    return m.group(1) if m else call.strip()[:40]
+    name = one_line(m.group(1) if m else call.strip()[:40])
+    return name if len(name) <= NAME_CHARS else name[:NAME_CHARS] + "[...]"
+
+
+def _rest(call: str) -> str:
+    """What follows a call's name: its arguments, on one line."""
+    m = re.match(r"\s*([A-Za-z_][\w.]*)\s*(?=\()", call)
+    return one_line(call[m.end():] if m else call.strip()[40:])
 
 
 def call_error(result) -> str | None:
@@ -40,6 +60,8 @@ def call_error(result) -> str | None:
 
 
 def _clip(text: str, n: int) -> str:
+    """``text`` on one line (:func:`one_line`), cut at ``n`` characters with a marker."""
+    text = one_line(text)
     return text if len(text) <= n else text[:n] + " [...]"
 
 
@@ -63,11 +85,11 @@ def _runs(calls: list[tuple]) -> list[tuple[tuple, int]]:
 
 def _turn_lines(k: int, turn: dict, detail: int) -> list[str]:
     """One turn of the evidence at a level of detail: 2 = every call with its result, 1 = every call's
-    name and its error, 0 = the names with their counts and the distinct errors. The changes of state
-    are shown at every level."""
+    name and its error, 0 = the names with their counts and the distinct errors, -1 = the header alone (how
+    many calls, how many failed). The changes of state are shown at every level but the last."""
     calls = turn["calls"]
     counts = f"{len(calls)} calls, {sum(err is not None for _, _, err in calls)} failed"
-    listed = "[" + ", ".join(c for c, _, _ in calls) + "]"
+    listed = "[" + ", ".join(one_line(c) for c, _, _ in calls) + "]"
     if not calls:
         head = TURN_LINE.format(k=k) + "[] (no call)"
     elif detail == 2 and len(listed) <= CALL_LIST_CHARS:
@@ -80,7 +102,7 @@ def _turn_lines(k: int, turn: dict, detail: int) -> list[str]:
             times = f" (x{n})" if n > 1 else ""
             if detail == 2:
                 shown = f"FAILED {err}" if err else result
-                lines.append(f"  -> {call_name(call)}{_clip(call[len(call_name(call)):], CALL_CHARS)}{times}: "
+                lines.append(f"  -> {call_name(call)}{_clip(_rest(call), CALL_CHARS)}{times}: "
                              f"{_clip(shown, RESULT_CHARS)}")
             else:
                 lines.append(f"  -> {call_name(call)}{times}" + (f": FAILED {_clip(err, 80)}" if err else ""))
@@ -92,7 +114,8 @@ def _turn_lines(k: int, turn: dict, detail: int) -> list[str]:
         errors = list(dict.fromkeys(_clip(err, 80) for _, _, err in calls if err))
         lines += [f"  -> FAILED {e}" for e in errors[:5]] + ([f"  -> ... {len(errors) - 5} more errors"]
                                                           if len(errors) > 5 else [])
-    lines += [f"  -> state changed: {_clip(ch, RESULT_CHARS)}" for ch in turn["state"]]
+    if detail >= 0:
+        lines += [f"  -> state changed: {_clip(ch, RESULT_CHARS)}" for ch in turn["state"]]
     return lines
 
 
@@ -102,7 +125,7 @@ def evidence_text(turns: list[dict], limit: int = EVIDENCE_CHARS) -> str:
     calls once, with their count) with its result or error, and the environment state the turn changed. When that does not fit, results give way to the calls'
     names and errors, then to the names with their counts: every call's name and every failure stays
     visible however long one call is (a 200 KB literal, 1,000 ``pwd()`` calls)."""
-    for detail in (2, 1, 0):
+    for detail in (2, 1, 0, -1):  # -1: each turn's header alone (its calls and failures counted)
         lines = [line for k, turn in enumerate(turns, 1) for line in _turn_lines(k, turn, detail)]
         text = "\n".join(lines)
         if len(text) <= limit:
