@@ -263,6 +263,8 @@ def main() -> None:
         for s in STEPS:
             print(f"{s}  {count.get(s, 0):3d} notebooks  {per_step.get(s, 0.0):7.1f} s")
         print(f"sum {sum(count.values()):3d} notebooks  {sum(per_step.values()):7.1f} s")
+        print_per_setting({"per_setting": setting_durations(Path(args.durations))},
+                          {"per_setting": {}, "floors": {}})
         return
 
     print(f"machine: {cpu_kind()}, {os.cpu_count()} cores; commit {commit()}; load average {os.getloadavg()[0]:.2f} at start")

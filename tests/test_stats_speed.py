@@ -287,3 +287,29 @@ def test_the_crossfits_mixtures_in_one_batch_are_each_folds_fit(method, likeliho
         alone = calibrate(S[folds != f], y[folds != f], 8, method=method, seed=4 + f, vote_rounds=vote_rounds,
                           likelihood=likelihood, **probe)
         assert repr(alone) == repr(cf.fits[f])
+
+
+def mixture_nll_formula(z, h_u, M, h_v=None, h_i=None, M_l=None, cap=0.99):
+    """The mixture likelihood as written: each parameter's expit, each class's table in its own call."""
+    from vrr.calibration.correlated import _dot, _unpack
+
+    w, mu1, phi1, mu0, phi0 = _unpack(z, cap)
+    t1, t0 = log_pmf_formula(M, mu1, phi1), log_pmf_formula(M, mu0, phi0)
+    ll = _dot(h_u, np.logaddexp(fpmath.log(w)[:, None] + t1, fpmath.log1p(-w)[:, None] + t0))
+    if h_v is not None:
+        ll = ll + _dot(h_v, log_pmf_formula(M_l, mu1, phi1)) + _dot(h_i, log_pmf_formula(M_l, mu0, phi0))
+    return -ll
+
+
+@settings(max_examples=60, deadline=None)
+@given(C=st.integers(1, 30), seed=st.integers(0, 2**31 - 1), labeled=st.booleans(), cap=st.sampled_from([0.3, 0.99]))
+def test_the_mixture_likelihood_is_its_formula_bit_for_bit(C, seed, labeled, cap):
+    from vrr.calibration.correlated import mixture_nll
+
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0, 4, (C, 5))
+    z[0, rng.integers(0, 5)] = rng.choice([-12.0, 12.0])
+    h_u = rng.integers(0, 20, (C, 9)).astype(float)
+    h_v, h_i = (rng.integers(0, 6, (C, 17)).astype(float) for _ in range(2))
+    args = (h_v, h_i, 16) if labeled else (None, None, None)
+    assert mixture_nll(z, h_u, 8, *args, cap).tobytes() == mixture_nll_formula(z, h_u, 8, *args, cap).tobytes()

@@ -206,9 +206,9 @@ def _pack(w, mu1, phi1, mu0, phi0, cap: float) -> np.ndarray:
 def mixture_nll(z, h_u, M: int, h_v=None, h_i=None, M_l: int | None = None, cap: float = PHI_MAX) -> np.ndarray:
     """Minus the semi-supervised beta-binomial log-likelihood (module docstring) without binomial coefficients,
     per row of z [C, 5] = logits of (w, mu1, phi1 / cap, mu0, phi0 / cap); ``h_v``/``h_i`` None: label-free."""
-    w, mu1, phi1, mu0, phi0 = _unpack(z, cap)
-    # both classes' tables in one call (element-wise, so each is the table built alone)
-    mean, phi = np.stack([mu1, mu0]), np.stack([phi1, phi0])
+    # _unpack's expit of every column in one call, both classes' tables in one call (element-wise: the same bits)
+    e = special.expit(z)
+    w, mean, phi = e[:, 0], e[:, [1, 3]].T, cap * e[:, [2, 4]].T
     t1, t0 = exchangeable_vote_log_pmf(M, mean, phi)
     mix = np.logaddexp(fpmath.log(w)[:, None] + t1, fpmath.log1p(-w)[:, None] + t0)
     ll = _dot(h_u, mix)
