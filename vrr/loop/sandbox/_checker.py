@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import math
 import os
 import select
 import subprocess
@@ -31,6 +32,13 @@ class _Died(Exception):
 _LIVE: "weakref.WeakSet[CheckerProcess]" = weakref.WeakSet()
 
 
+def _seconds(value, name: str) -> float:
+    """A time limit: a finite number of seconds > 0 (0 would not mean "the default", nor "no limit")."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"CheckerProcess: field '{name}': expected a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
 class CheckerProcess:
     """A long-lived checker in another process, spoken to in JSON lines (one request, one verdict).
 
@@ -45,7 +53,8 @@ class CheckerProcess:
     def __init__(self, argv, name: str, item_seconds: float = KILL_SECONDS, start_seconds: float = 180.0,
                  env: dict | None = None):
         self._argv, self.name, self.env = argv, name, env
-        self.item_seconds, self.start_seconds = float(item_seconds), float(start_seconds)
+        self.item_seconds = _seconds(item_seconds, "item_seconds")
+        self.start_seconds = _seconds(start_seconds, "start_seconds")
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._owner = None
@@ -122,8 +131,9 @@ class CheckerProcess:
 
     # -- requests
     def run(self, requests: list[dict], item_seconds: float | None = None) -> list[dict]:
-        """One verdict dict per request (``valid``, ``error``, ...), in order."""
-        limit = float(item_seconds or self.item_seconds)
+        """One verdict dict per request (``valid``, ``error``, ...), in order. ``item_seconds``: the limit of
+        each request (None: the worker's own); a limit that is not a positive finite number is an error."""
+        limit = self.item_seconds if item_seconds is None else _seconds(item_seconds, "item_seconds")
         out = []
         with self._lock:
             for req in requests:

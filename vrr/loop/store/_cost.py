@@ -5,6 +5,37 @@ records); a window resumed on another machine kind spans several machines, and e
 """
 from __future__ import annotations
 
+import math
+
+from ._errors import RunStoreError
+
+META_FILE = "run_meta.json"
+
+
+def _amount(session: dict, key: str, where: str, source) -> float:
+    """A session's count or seconds: a finite number >= 0 (0 when absent), else a :class:`RunStoreError`
+    naming the file and the field."""
+    value = session.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise RunStoreError(source, f"field '{where}.{key}': expected a number >= 0, got {value!r}")
+    return value
+
+
+def _sessions(meta: dict, source) -> list[dict]:
+    """The sessions of a run meta, each with its counts and seconds checked."""
+    sessions = meta.get("sessions", [])
+    if not isinstance(sessions, list) or not all(isinstance(s, dict) for s in sessions):
+        raise RunStoreError(source, "field 'sessions': expected a list of session objects")
+    for i, s in enumerate(sessions):
+        for key in ("instances", "probe_plans", "seconds", "engine_load_seconds"):
+            _amount(s, key, f"sessions[{i}]", source)
+        stats = s.get("engine_stats") or {}
+        if not isinstance(stats, dict):
+            raise RunStoreError(source, f"field 'sessions[{i}].engine_stats': expected an object")
+        for key in ("generated_tokens", "prompt_tokens"):
+            _amount(stats, key, f"sessions[{i}].engine_stats", source)
+    return sessions
+
 
 def batch_time(records: list[dict]) -> tuple[float, int]:
     """Engine-batch seconds spent on these records (each batch counted once: records of one batch share
@@ -23,12 +54,12 @@ def machine_kind(machine: dict | None) -> tuple:
     return tuple(machine.get(k) for k in MACHINE_KIND_FIELDS)
 
 
-def session_machines(meta: dict) -> list[dict]:
+def session_machines(meta: dict, source=META_FILE) -> list[dict]:
     """The machines a run's sessions ran on (backend, CPU kind, dtype; ``None`` where a session did not record
     it), each with the instances, probe plans and seconds generated there, in order of first use: a window
     resumed on another machine kind spans several, and its figures name each."""
     out: dict[tuple, dict] = {}
-    for s in meta.get("sessions", []):
+    for s in _sessions(meta, source):
         key = machine_kind(s.get("machine"))
         row = out.setdefault(key, {**dict(zip(MACHINE_KIND_FIELDS, key)), "instances": 0, "probe_plans": 0,
                                    "seconds": 0.0})
@@ -38,15 +69,16 @@ def session_machines(meta: dict) -> list[dict]:
     return list(out.values())
 
 
-def run_cost(meta: dict, records: dict[str, list[dict]] | None = None) -> dict:
+def run_cost(meta: dict, records: dict[str, list[dict]] | None = None, source=META_FILE) -> dict:
     """Wall time and throughput of a setting's generation from its ``run_meta.json`` sessions.
 
     Sessions that ran only trajectories (only probe plans) give the per-instance (per-plan) cost;
     engine load time is counted in ``wall_seconds`` but not in the per-item costs. ``records``
     (``{"traj": [...], "probe": [...]}``, the stored records) gives the per-item costs from the batch
-    times instead, which also works for sessions that ran both phases.
+    times instead, which also works for sessions that ran both phases. A count or seconds that is not a
+    number >= 0 is a :class:`RunStoreError` naming ``source`` (the run meta's file) and the field.
     """
-    sessions = meta.get("sessions", [])
+    sessions = _sessions(meta, source)
     tot = {"sessions": len(sessions), "instances": 0, "probe_plans": 0, "seconds": 0.0,
            "load_seconds": 0.0, "generated_tokens": 0, "prompt_tokens": 0}
     traj_s = traj_n = probe_s = probe_n = 0.0

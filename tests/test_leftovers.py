@@ -1,0 +1,69 @@
+"""Named errors instead of silent defaults or tracebacks: a checker's time limit of 0, token counts given as a
+generator, a run meta whose seconds are not numbers (``python -m vrr status``)."""
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vrr.loop.sandbox import CheckerProcess
+from vrr.loop.store import RunStoreError, run_cost, session_machines
+from vrr.policies.online import OnlineController
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("seconds", [0, -1, 0.0, math.nan, math.inf, "30", True])
+def test_a_checker_time_limit_must_be_positive(seconds):
+    proc = CheckerProcess([sys.executable, "-c", "pass"], "test/none")
+    with pytest.raises(ValueError, match="item_seconds"):
+        proc.run([{"op": "x"}], item_seconds=seconds)
+    with pytest.raises(ValueError, match="item_seconds"):
+        CheckerProcess([sys.executable, "-c", "pass"], "test/none", item_seconds=seconds)
+
+
+@pytest.mark.parametrize("tokens", [(t for t in [1, 2, 3]), iter([1, 2, 3]), map(int, "123")])
+def test_token_counts_given_as_an_iterator_are_refused_unconsumed(tokens):
+    ctl = OnlineController.from_parameters(M=3, k_max=2, rho0=0.2, rho1=0.1, alpha=0.3, beta=0.2, pi=0.6,
+                                           policy="vrr_stop")
+    before = ctl.to_json()
+    with pytest.raises(ValueError, match="field 'tokens'"):
+        ctl.observe([1, 1, 0], tokens=tokens)
+    assert list(tokens) == [1, 2, 3] and ctl.to_json() == before
+    assert ctl.observe([1, 1, 0], tokens=(1, 2, 3)).tokens == 6
+
+
+@pytest.mark.parametrize("session, field", [
+    ({"seconds": "abc", "instances": 3}, "sessions[0].seconds"),
+    ({"seconds": 1.0, "instances": "3"}, "sessions[0].instances"),
+    ({"seconds": math.nan, "instances": 3}, "sessions[0].seconds"),
+    ({"seconds": -1, "instances": 3}, "sessions[0].seconds"),
+    ({"seconds": 1, "engine_load_seconds": [1]}, "sessions[0].engine_load_seconds"),
+    ({"seconds": 1, "engine_stats": {"generated_tokens": "many"}}, "sessions[0].engine_stats.generated_tokens"),
+    ({"seconds": 1, "probe_plans": True}, "sessions[0].probe_plans"),
+])
+def test_run_cost_names_a_field_that_is_not_a_number(session, field):
+    for call in (lambda: run_cost({"sessions": [session]}), lambda: session_machines({"sessions": [session]})):
+        with pytest.raises(RunStoreError, match=f"run_meta.json: field '{field.replace('[', '.').replace(']', '.')}'"):
+            call()
+
+
+def test_status_shows_a_bad_run_meta_as_one_error_line(tmp_path):
+    from vrr.loop.config import run_config
+    from vrr.loop.engine import FakeEngine
+    from vrr.loop.runner import generate
+    from vrr.loop.tasks import get_task
+    from vrr.settings import load_config
+
+    overrides = {"window.N": 2, "window.start": 0, "K_max": 1, "M": 2, "engine.batch_size": 2, "probe.n": 0}
+    cfg = run_config(load_config("gsm8k_cpu_favorable", overrides=overrides), setting="gsm8k_cpu_favorable")
+    paths = generate(cfg, engine=FakeEngine(get_task("gsm8k")), out_root=tmp_path, progress=False)
+    meta = json.loads(paths.meta.read_text())
+    meta["sessions"][0]["seconds"] = "abc"
+    paths.meta.write_text(json.dumps(meta))
+    out = subprocess.run([sys.executable, "-m", "vrr", "status", "gsm8k_cpu_favorable", "--out-root", str(tmp_path),
+                          "--no-labels"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert out.stderr.strip().startswith("error: ") and "field 'sessions[0].seconds'" in out.stderr
