@@ -101,3 +101,17 @@ def test_code_may_define_a_builtin_name_and_the_tests_use_it():
     assert "25" not in redact_test(tests[0], code_names(tests[:1]))
     # a builtin the code does not define stays the builtin
     assert run_tests([("def f(x):\n    return len(x)\n", "", ["assert f([1, 2]) == len([1, 2])"])])[0].passed
+
+
+def test_output_past_the_cap_is_judged_by_bytes_whatever_the_characters():
+    """A correct solution printing 100 KB of ASCII and one printing 100 KB of 2-byte characters get the same label:
+    the sandbox keeps the last OUTPUT_CAP bytes of the output, and an output past it holds no record."""
+    from vrr.loop.sandbox import OUTPUT_CAP
+
+    tests = ["assert f(2) == 4"]
+    items = [(f"def f(x):\n    print({ch!r} * {n})\n    return 2 * x", "", tests)
+             for ch, n in (("a", 100_000), ("\u00e9", 50_000), ("a", 1000), ("\u00e9", 1000))]
+    assert len("\u00e9".encode()) == 2 and 100_000 > OUTPUT_CAP
+    out = run_tests(items, LABEL_RULE, parallel=2)
+    assert [o.passed for o in out] == [False, False, True, True], out
+    assert "output cap" in out[0].reason and out[0].reason == out[1].reason

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ._bwrap import run_many
-from ._limits import ALLOWED_PACKAGES, MEMORY_LIMIT, OUTPUT_CAP, TASK_LIMIT, SandboxResult
+from ._limits import ALLOWED_PACKAGES, MEMORY_LIMIT, TASK_LIMIT, SandboxResult
 from ._machine import isolation_rule
 
 _CODEC_SOURCE = (Path(__file__).with_name("_codec.py")).read_text(encoding="utf-8")
@@ -372,9 +372,8 @@ def run_tests(items: Sequence[tuple[str, str, Sequence[str]]], rule: ExecutionRu
                        allow_weak=allow_weak)
         for i, r in zip(alive, res):
             seconds[i] += r.seconds
-            rec = _last_tagged(r.stdout, RECORD_TAG) if len(r.stdout) < OUTPUT_CAP else None
-            if rec is None and r.output_truncated:
-                rec = None
+            # an output past the sandbox's cap (OUTPUT_CAP bytes, whatever the characters) holds no record
+            rec = None if r.output_truncated else _last_tagged(r.stdout, RECORD_TAG)
             if rec is None:
                 outcomes[i] = TestOutcome(False, _record_failure(r, rule), seconds[i])
             else:
