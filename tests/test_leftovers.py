@@ -67,3 +67,34 @@ def test_status_shows_a_bad_run_meta_as_one_error_line(tmp_path):
                           "--no-labels"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert out.stderr.strip().startswith("error: ") and "field 'sessions[0].seconds'" in out.stderr
+
+
+@pytest.mark.parametrize("task_name, split", [("gsm8k", "test"), ("gsm8k", "train"), ("math500", "test"),
+                                              ("mbpp", "test"), ("bfcl_single", "python"), ("bfcl_multi", "base")])
+def test_a_split_is_sized_without_loading_its_problems(monkeypatch, task_name, split):
+    """stored_window checks a window against the split's size: counted from the file, the problems never built
+    (BFCL multi-turn's load starts bfcl-eval for the docs)."""
+    from vrr.loop.tasks import bfcl, bfcl_multi, get_task
+
+    task = get_task(task_name)
+    try:
+        rows = {"bfcl_single": lambda: len(bfcl._read_jsonl(bfcl._simple_files("python")[0])),
+                "bfcl_multi": lambda: len(bfcl_multi._read_jsonl(bfcl_multi._files("base")[0]))}.get(
+            task_name, lambda: len(task.load(split)))()
+    except FileNotFoundError:
+        pytest.skip(f"no local {task_name} data on this machine")
+    if task_name != "mbpp":  # a JSON array: its size is its load
+        monkeypatch.setattr(type(task), "load", lambda self, s: pytest.fail("the split was loaded"))
+    assert task.split_size(split) == rows
+
+
+def test_stored_window_does_not_load_the_split(tmp_path, monkeypatch):
+    from vrr.loop.config import run_config
+    from vrr.loop.store import RunPaths, stored_window
+    from vrr.loop.tasks import get_task
+    from vrr.settings import load_config
+
+    cfg = run_config(load_config("gsm8k_cpu_favorable", overrides={"window.N": 3}), setting="gsm8k_cpu_favorable")
+    monkeypatch.setattr(type(get_task("gsm8k")), "load", lambda self, s: pytest.fail("the split was loaded"))
+    window = stored_window(RunPaths(tmp_path, "gsm8k_cpu_favorable"), cfg, tmp_path)
+    assert window.traj == [] and len(window.traj_want) == 3

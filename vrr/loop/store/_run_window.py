@@ -60,7 +60,7 @@ def stored_window(paths: RunPaths | str | os.PathLike, cfg: RunConfig, out_root:
     paths = run_paths(paths)
     out_root = Path(out_root) if out_root is not None else paths.dir.parent
     traj_window = trajectory_window(cfg)
-    check_window_fits(traj_window, len(get_task(cfg.dataset).load(cfg.split)))
+    check_window_fits(traj_window, get_task(cfg.dataset).split_size(cfg.split))
     traj = read_window_records(paths.traj_part, traj_window)
     probe_missing = ""
     probe_win = None

@@ -98,6 +98,11 @@ class Task:
     def load(self, split: str) -> list[Problem]:
         raise NotImplementedError
 
+    def split_size(self, split: str) -> int:
+        """How many problems ``split`` has (a window is checked against it): tasks whose split is a local file
+        of one problem per line count its lines instead of loading every problem."""
+        return len(self.load(split))
+
     def problem(self, split: str, index: int) -> Problem:
         problems = self.load(split)
         if not 0 <= index < len(problems):
@@ -153,6 +158,12 @@ def local_file(dataset: str, filename: str, env_var: str | None = None) -> Path 
         if p.exists():
             return p
     return None
+
+
+def count_rows(path: Path) -> int:
+    """The non-empty lines of a JSONL file: its rows, counted without parsing or holding them."""
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
 
 
 def read_jsonl_rows(dataset: str, split: str, env_var: str | None, path: str | os.PathLike | None = None,

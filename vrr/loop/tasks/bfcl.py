@@ -33,7 +33,7 @@ from pathlib import Path
 from ...common.paths import shared_data_dirs
 from ..prompts import PromptSet
 from .base import Problem as _Problem
-from .base import Task, reads_model_text
+from .base import Task, count_rows, reads_model_text
 from .gsm8k import _perturb_number, _rng
 from .gsm8k import apply_perturbation as _apply_span
 from ..sandbox import CheckerProcess
@@ -183,16 +183,20 @@ def prompt_functions(functions: list, language: str) -> list:
 _CACHE: dict[tuple, list[Problem]] = {}
 
 
-def load_bfcl(split: str = "python") -> list[Problem]:
-    """All BFCL simple problems of one language (index = 0-based row number)."""
-    lang = language_of(split)
+def _simple_files(lang: str) -> tuple[Path, Path]:
+    """The question and possible-answer files of one language."""
     name = f"BFCL_v4_simple_{lang}.json"
     for d in _data_dirs():
         q, a = d / name, d / "possible_answer" / name
         if q.exists() and a.exists():
-            break
-    else:
-        raise FileNotFoundError(f"no {name} (+ possible_answer/) in {_data_dirs()}")
+            return q, a
+    raise FileNotFoundError(f"no {name} (+ possible_answer/) in {_data_dirs()}")
+
+
+def load_bfcl(split: str = "python") -> list[Problem]:
+    """All BFCL simple problems of one language (index = 0-based row number)."""
+    lang = language_of(split)
+    q, a = _simple_files(lang)
     key = (split, str(q))
     if key in _CACHE:
         return _CACHE[key]
@@ -506,6 +510,10 @@ class BFCLSimple(Task):
     def load(self, split: str = "python") -> list[Problem]:
         """The problems of one language."""
         return load_bfcl(split)
+
+    def split_size(self, split: str = "python") -> int:
+        """The rows of the language's question file, counted."""
+        return count_rows(_simple_files(language_of(split))[0])
 
     def extract_answer(self, text) -> str | None:
         """The call string of a plan."""

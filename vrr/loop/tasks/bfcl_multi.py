@@ -40,7 +40,7 @@ from pathlib import Path
 from .. import sandbox
 from ..prompts import PromptSet
 from .base import Problem as _Problem
-from .base import Task, reads_model_text
+from .base import Task, count_rows, reads_model_text
 from .bfcl import BFCL_EVAL_VERSION, CONDITION_SWAPS, ENTITY_SWAPS, _balanced, _data_dirs, checker
 from .bfcl_multi_evidence import (CALL_CHARS, CALL_LIST_CHARS, EVIDENCE_CHARS, EXECUTOR_FAILED,  # noqa: F401
                                   RESULT_CHARS, TURN_LINE, call_error, call_name, clip_lines, evidence_text,
@@ -612,6 +612,10 @@ class BFCLMulti(Task):
 
     def load(self, split: str = "base") -> list[Problem]:
         return load_bfcl_multi(split)
+
+    def split_size(self, split: str = "base") -> int:
+        """The rows of the category's question file, counted (loading starts bfcl-eval for the docs)."""
+        return count_rows(_files(category_of(split))[0])
 
     def extract_answer(self, text) -> list | None:
         return extract_answer(text)

@@ -35,7 +35,7 @@ from pathlib import Path
 from ..sandbox import REDACTION_MARKER
 from ..prompts import PromptSet
 from .base import Problem as _Problem
-from .base import Task, local_file, read_jsonl_rows, reads_model_text
+from .base import Task, count_rows, local_file, read_jsonl_rows, reads_model_text
 
 DATASET = "gsm8k"
 SPLITS = ("train", "test")
@@ -534,6 +534,11 @@ class GSM8K(Task):
 
     def load(self, split: str) -> list[Problem]:
         return load_gsm8k(split)
+
+    def split_size(self, split: str) -> int:
+        """The rows of the split's local file, counted; without one, the problems loaded."""
+        path = local_path(split) if split in SPLITS else None
+        return count_rows(path) if path is not None else len(self.load(split))
 
     def extract_answer(self, text: str | None) -> str | None:
         return extract_answer(text)

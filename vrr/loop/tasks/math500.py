@@ -33,7 +33,7 @@ from ..prompts import PromptSet
 from ..sandbox import REDACTION_MARKER
 from .base import Problem as _Problem
 from ..sandbox import KILL_SECONDS, CheckerProcess
-from .base import Task, local_file, read_jsonl_rows, reads_model_text
+from .base import Task, count_rows, local_file, read_jsonl_rows, reads_model_text
 
 from .gsm8k import _rng, condition_spans, pick_edit
 from .gsm8k import apply_perturbation as _apply_span
@@ -325,6 +325,11 @@ class MATH500(Task):
     def load(self, split: str = "test") -> list[Problem]:
         """The problems of ``split`` (only "test")."""
         return load_math500(split)
+
+    def split_size(self, split: str) -> int:
+        """The rows of the split's local file, counted; without one, the problems loaded."""
+        path = local_path(split) if split in SPLITS else None
+        return count_rows(path) if path is not None else len(self.load(split))
 
     def extract_answer(self, text) -> str | None:
         """The last ``\\boxed{}`` content of a plan."""
