@@ -98,3 +98,14 @@ def test_stored_window_does_not_load_the_split(tmp_path, monkeypatch):
     monkeypatch.setattr(type(get_task("gsm8k")), "load", lambda self, s: pytest.fail("the split was loaded"))
     window = stored_window(RunPaths(tmp_path, "gsm8k_cpu_favorable"), cfg, tmp_path)
     assert window.traj == [] and len(window.traj_want) == 3
+
+
+def test_a_shard_lock_that_vanishes_is_not_a_running_shard(tmp_path, monkeypatch):
+    from vrr.loop.store import RunPaths, Shard
+    from vrr.loop.store import _lock
+
+    paths = RunPaths(tmp_path, "run", Shard(0, 2))
+    paths.dir.mkdir(parents=True)
+    gone = paths.dir / "generate.shard-1-of-2.lock"
+    monkeypatch.setattr(RunPaths, "shard_files", lambda self, name: [gone])  # listed, removed before it is opened
+    assert _lock._running_shards(paths) == []

@@ -193,7 +193,10 @@ def _running_shards(paths: RunPaths) -> list[str]:
     for lock in paths.shard_files("generate.lock"):
         if paths.shard is not None and lock == paths.generate_lock:
             continue
-        fd = os.open(lock, os.O_RDONLY)
+        try:
+            fd = os.open(lock, os.O_RDONLY)
+        except FileNotFoundError:  # its holder finished and removed it since the listing: not running
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             fcntl.flock(fd, fcntl.LOCK_UN)

@@ -288,7 +288,7 @@ class OnlineController(Constructors):
         votes = [self._vote(v) for v in votes]
         if tokens is None:
             tokens = [None] * len(votes)
-        elif isinstance(tokens, (str, bytes, dict)) or not hasattr(tokens, "__iter__") or len(list(tokens)) != len(votes):
+        elif isinstance(tokens, (str, bytes, dict)) or not hasattr(tokens, "__len__") or len(tokens) != len(votes):
             raise ValueError(f"round {k}: field 'tokens': expected one token count per vote "
                              f"({len(votes)}), got {tokens!r}")
         tokens = [token_count(t, self._cfg, k) for t in tokens]
