@@ -267,14 +267,18 @@ def _pct(value) -> str:
 
 def readability_lines(r: dict) -> list[str]:
     """:func:`judge_readability` as the lines the ``generate`` summary and ``vrr status`` print: the unparsable
-    share of the judge's votes (window, per round, probe), and above :data:`READABILITY_WARN` a warning that
-    quotes the most common unparsed replies and says how the votes were counted."""
+    share of the judge's votes (window, per round, probe), the generator's and the repairer's plans cut at their
+    token budget or without an answer, and above :data:`READABILITY_WARN` a warning that quotes the most common
+    unparsed replies and says how the votes were counted."""
     j, j_window = r["judge"], r["judge"]["window"]
     text = (f"judge votes unparsable: {_pct(j_window['share'])} of {j_window['votes']} in the window "
             f"(by round: {' '.join(_pct(s).replace(' %', '%') for s in j['by_round'])})")
     if j["probe"]["votes"]:
         text += f", {_pct(j['probe']['share'])} of {j['probe']['votes']} on the probe"
-    lines = [text]
+    roles = [role for role in ("generator", "repairer") if r[role]["plans"]]
+    lines = [text, "plans cut at their token budget: " + ", ".join(
+        f"{role} {_pct(r[role]['truncated_share'])}" for role in roles) + "; without an answer: " + ", ".join(
+        f"{role} {_pct(r[role]['without_answer_share'])}" for role in roles)] if roles else [text]
     if r["warn"]:
         quoted = "; ".join(f"{t!r} x{c}" for t, c in j["common_unparsed"])
         lines.append(f"warning: more than {READABILITY_WARN:.0%} of {j['model']}'s votes ({j['style']} style, "
