@@ -66,14 +66,15 @@ def test_rows_that_cannot_run_say_na_with_the_reason(tmp_path):
                                        likelihoods=("binomial",))
     by = {r["calibration"]: r for r in out["rows"]}
     assert by["label-free EM"]["applies"]
-    for name in ("labeled probe", "semi-supervised (checked)"):
+    for name in ("labeled probe", "semi-supervised (checked)", "semi-supervised (Wald-checked)",
+                 "PPI++ (probe + EM posterior)"):
         assert not by[name]["applies"] and by[name]["reason"] == "no labeled probe"
         assert "VRR-Stop" not in by[name]
     write_json(tmp_path / "correlated_test" / ABLATION_FILE, out)
     results = SimpleNamespace(root=tmp_path, runs=["correlated_test", "without_ablation"], label=lambda run: "no probe")
-    assert len(table_calibration_ablation(results, tmp_path / "tables")) == 3
+    assert len(table_calibration_ablation(results, tmp_path / "tables")) == 5
     table = {r["calibration"]: r for r in read_csv(tmp_path / "tables" / "calibration_ablation.csv")}
-    assert len(table) == 3
+    assert len(table) == 5
     assert table["labeled probe"]["stop_V"] == "n/a (no labeled probe)" and table["labeled probe"]["check"] == ""
     assert table["label-free EM"]["stop_V"] == f"{by['label-free EM']['VRR-Stop']['V']:.3f}"
     assert table["label-free EM"]["tpm_V"] == f"{by['label-free EM']['V']['TPM reference']:.3f}"

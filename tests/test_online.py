@@ -10,6 +10,7 @@ from vrr.calibration.gain_radius import PARAM_NAMES, bootstrap_radius
 from vrr.core.belief import belief_update, filter_beliefs, gain, predict
 from vrr.policies import rules as P
 from vrr.policies.online import ControllerStateError, Decision, OnlineController
+from vrr.policies.replay import algorithm1_plan
 from vrr.policies.sequential import fold_controllers, run_controller
 
 from conftest import CHAIN_SETTINGS, EVERY_SETTING, vote_problems
@@ -28,11 +29,12 @@ def test_controller_reproduces_offline_policies_on_committed_settings(name, comm
     setting, cf, config, alg = committed(name)
     S, M = setting.S, setting.M
     assert cf.folds.size == S.shape[0]
+    plan = algorithm1_plan(setting, cf, config, checks=alg["checks"], diags=alg["j_per_fold"])
     offline = {
         "vrr_stop": P.vrr_stop(S, M, tau=config.tau, **cf.as_kwargs()),
         "vrr_guard": P.vrr_guard(S, config.delta),
-        "algorithm1": P.algorithm1(S, M, radius=alg["radius"], radius_low=alg["radius_low"],
-                                   stop_mode=alg["stop_mode"], delta=config.delta, tau=config.tau, **cf.as_kwargs()),
+        "algorithm1": P.algorithm1(S, M, stop_mode=plan["stop_mode"], delta=config.delta, tau=config.tau,
+                                   **plan["params"]),
     }
     for policy, expected in offline.items():
         run = run_controller(fold_controllers(setting, cf, config, policy, alg_inputs=alg), S, folds=cf.folds)
@@ -72,7 +74,7 @@ def _assert_controller_equals_offline(M, k_max, S, params, draws, tau, delta, st
     ctl = OnlineController.from_parameters(policy="algorithm1", draws=draws, eta=eta, stop_mode=stop_mode, **common)
     alg = run_controller(ctl, S).outcome
     g_hat, low, high = bootstrap_radius(S, M, params, draws, eta)
-    expected = P.algorithm1(S, M, radius=high, radius_low=low, stop_mode=stop_mode, delta=delta, tau=tau, **params)
+    expected = P.algorithm1(S, M, stop_mode=stop_mode, delta=delta, tau=tau, **params)
     assert alg.committed.tolist() == expected.committed.tolist()
     assert alg.rounds_used.tolist() == expected.rounds_used.tolist()
     return g_hat, low, high

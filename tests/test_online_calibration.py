@@ -37,7 +37,7 @@ def test_from_labeled_recovers_known_parameters_within_the_draws(seed):
     assert r.j_ci[0] <= truth.youden_j <= r.j_ci[1]
     # independent votes: the check passes, and the mode is algorithm1_mode's, the one replay uses
     assert r.check["passed"] and ctl.config["check"] == r.check and "calibration check: pass" in r.summary()
-    assert r.mode == "stop" and ">= J_min" in r.reason and "check passes" in r.reason and ctl.policy == "algorithm1"
+    assert r.mode == "stop" and "labeled rates" in r.reason and "check passes" in r.reason and ctl.policy == "algorithm1"
     assert (r.n_plans, r.n_repairs, r.M, r.k_max) == (400, 400, 8, 5)
     assert ctl.config["j_hat"] == r.j_hat and ctl.config["eta"] == r.eta == 0.05
     # the estimates are labeled MLE and pair frequencies, written out by hand
@@ -60,13 +60,21 @@ def test_vote_lists_give_the_same_calibration_as_counts():
     assert a == b
 
 
-def test_near_zero_j_picks_guard_with_the_reason():
+def test_near_zero_j_runs_stop_on_labeled_rates_and_guard_on_label_free_ones():
+    """from_labeled fits labeled rates, which keep the belief calibrated at J = 0: Algorithm 1 runs VRR-Stop's rule,
+    which repairs exactly while the prior lies below b* (Eq. 7). Label-free rates
+    with the same J-hat run Guard (the paper's J_min test)."""
     truth = NoiseParams(rho0=0.5, rho1=0.5, alpha=0.3, beta=0.2, pi=0.5)
     _, data = _data(truth, n=300)
     ctl = OnlineController.from_labeled(**data)
     r = ctl.calibration_report
-    assert abs(r.j_hat) < 0.1 and r.mode == "guard" and "below J_min" in r.reason and "Guard" in r.reason
-    d = ctl.observe([1] * 8)
+    assert abs(r.j_hat) < 0.1 and r.mode == "stop" and "labeled rates" in r.reason
+    stop = OnlineController.from_labeled(policy="vrr_stop", **data)
+    assert ctl.observe([1] * 8).action == stop.observe([1] * 8).action
+    free = OnlineController.from_parameters(M=8, k_max=5, rho0=r.rho0, rho1=r.rho1, alpha=r.alpha, beta=r.beta, pi=r.pi,
+                                            policy="algorithm1", draws=ctl.config["draws"], j_hat=r.j_hat)
+    assert free.mode == "guard" and "below J_min" in free.to_dict()["state"]["reason"]
+    d = free.observe([1] * 8)
     assert d.mode == "guard" and d.action == "repair"        # Guard spends the budget, keep-best
 
 
@@ -167,9 +175,9 @@ def test_the_report_mode_is_the_mode_the_controller_runs(policy, rho, tmp_path):
 
     truth = NoiseParams(rho0=rho, rho1=rho, alpha=0.35, beta=0.12, pi=0.45)
     _, data = _data(truth, n=300, seed=2)
-    j_says = "guard" if rho == 0.5 else "stop"
+    j_says = "stop"      # labeled rates: Algorithm 1 runs Stop at any J (vrr.policies.mode)
     overrides = policy != "algorithm1" and j_says != {"vrr_stop": "stop", "vrr_guard": "guard"}[policy]
-    with pytest.warns(CalibrationWarning, match="as asked, although the labeled J-hat") if overrides else \
+    with pytest.warns(CalibrationWarning, match="as asked, although Algorithm 1 would run") if overrides else \
             _no_calibration_warning():
         ctl = OnlineController.from_labeled(policy=policy, **data)
     path = tmp_path / "cal.json"

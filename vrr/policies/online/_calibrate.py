@@ -331,7 +331,7 @@ def controller_arguments(report: CalibrationReport, policy: str | None, round_dy
     if (policy, mode, reason, kwargs["j_min"]) != (report.policy, report.mode, report.reason, report.j_min):
         report = dataclasses.replace(report, policy=policy, mode=mode, reason=reason, j_min=float(kwargs["j_min"]))
     if report.j_hat is not None and not math.isnan(report.j_hat) and policy != "algorithm1" and (
-            mode != ("stop" if report.j_hat >= report.j_min else "guard")):
+            "although Algorithm 1 would run" in reason):
         warnings.warn(f"{source}: {reason}", CalibrationWarning, stacklevel=3)
     return kwargs, report
 
