@@ -241,11 +241,9 @@ WORK_PER_CHAR = 8  # characters scanned and parsed per character of a text, at m
 
 
 class _Work:
-    """The reading budget of one text: candidate call regions may overlap (a call line inside another
-    call's arguments), so each region's scan and parse is charged, up to :data:`WORK_PER_CHAR` characters
-    per character of the text (the committed plans use at most 2). Hostile text that would need more (thousands
-    of unclosed ``f(`` lines, each reaching to the end) is no answer, with the reason logged, instead of a
-    quadratic reading."""
+    """The reading budget of one text: call regions may overlap (a call line inside another call's arguments),
+    so each region's scan and parse is charged, up to :data:`WORK_PER_CHAR` characters per character (the
+    committed plans use at most 2); beyond it (thousands of unclosed ``f(`` lines) no answer, the reason logged."""
 
     def __init__(self, text: str):
         self.left = WORK_PER_CHAR * len(text) + 10_000
@@ -253,28 +251,23 @@ class _Work:
     def region(self, text: str, start: int) -> str:
         region = _balanced(text, start, limit=self.left)
         if region is None or len(region) * 2 > self.left:
-            raise ValueError(f"reading the calls needs more than {WORK_PER_CHAR} characters of work per character "
-                             "of text (overlapping unclosed calls)")
+            raise ValueError(f"reading the calls needs more than {WORK_PER_CHAR} characters of work per character")
         self.left -= 2 * len(region)  # its scan and its parse
         return region
 
 
 def _tool_call_blocks(text: str) -> list[str]:
-    """The contents of the ``<tool_call>...</tool_call>`` blocks, stripped, in one pass (an opener without a
-    closer after it ends the search; a regex would rescan the rest of the text from every such opener)."""
+    """The ``<tool_call>`` blocks' contents, stripped, in one pass (a regex would rescan from every unclosed one)."""
     out, pos = [], 0
-    while (a := text.find("<tool_call>", pos)) >= 0:
-        b = text.find("</tool_call>", a + len("<tool_call>"))
-        if b < 0:
-            break
+    while (a := text.find("<tool_call>", pos)) >= 0 and (b := text.find("</tool_call>", a + len("<tool_call>"))) >= 0:
         out.append(text[a + len("<tool_call>"):b].strip())
         pos = b + len("</tool_call>")
     return out
 
 
 def _region_calls(text: str, work: _Work | None = None) -> list[str]:
-    """Calls in one region: the first bracketed call list that parses, else every line that starts
-    with a call (list markers allowed), each cut at its balancing bracket."""
+    """Calls in one region: the first bracketed call list that parses, else every line that starts with a call
+    (list markers allowed), each cut at its balancing bracket; ``work``: the text's reading budget."""
     work = work or _Work(text)
     for m in _LIST_START.finditer(text):
         start = text.index("[", m.start())
@@ -613,8 +606,7 @@ class BFCLMulti(Task):
     def load(self, split: str = "base") -> list[Problem]:
         return load_bfcl_multi(split)
 
-    def split_size(self, split: str = "base") -> int:
-        """The rows of the category's question file, counted (loading starts bfcl-eval for the docs)."""
+    def split_size(self, split: str = "base") -> int:  # counted: loading starts bfcl-eval for the docs
         return count_rows(_files(category_of(split))[0])
 
     def extract_answer(self, text) -> list | None:
