@@ -93,3 +93,11 @@ def test_import_vrr_and_the_controller_import_no_extra(tmp_path):
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[-1] == "[]"
+
+
+def test_the_command_line_without_the_reproduction_extra_says_how_to_add_it(fresh_venv, tmp_path):
+    out = subprocess.run([str(fresh_venv), "-I", "-m", "vrr", "status", "gsm8k_cpu_favorable"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert "the extra 'repro'" in line and 'pip install "vrr[repro] @ ' in line
