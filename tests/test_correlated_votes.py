@@ -16,7 +16,7 @@ from vrr.calibration.semisupervised import semisupervised_em
 from vrr.core.belief import (belief_update, exchangeable_vote_log_likelihood, exchangeable_vote_log_pmf,
                              filter_beliefs, predict, vote_log_likelihoods)
 from vrr.data.contract import Setting, load_setting
-from vrr.policies.replay import LABEL_FREE, TPM, ReplayConfig, replay
+from vrr.policies.replay import ALGORITHM1_PAPER, LABEL_FREE, TPM, ReplayConfig, replay
 from vrr.settings import SettingConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -235,8 +235,8 @@ def small_correlated_setting(seed: int = 5, n: int = 120) -> Setting:
 def test_replay_runs_the_filtering_policies_under_exchangeable_votes(method, rounds):
     setting = small_correlated_setting()
     config = ReplayConfig(method=method, vote_rounds=rounds, likelihood="beta_binomial")
-    res = replay(setting, config, policies=("No repair", "VRR-Stop", "Algorithm 1", TPM))
-    assert set(res.validity) == {"No repair", "VRR-Stop", "Algorithm 1", TPM}
+    res = replay(setting, config, policies=("No repair", "VRR-Stop", "Algorithm 1", ALGORITHM1_PAPER, TPM))
+    assert set(res.validity) == {"No repair", "VRR-Stop", "Algorithm 1", ALGORITHM1_PAPER, TPM}
     assert res.calibration.likelihood == "beta_binomial"
     assert np.isfinite(res.extras["error_radius_mean"]) and res.extras["error_radius_mean"] > 0
     binomial = replay(setting, replace(config, likelihood="binomial"), policies=("VRR-Stop",))
