@@ -39,11 +39,18 @@ def test_mcnemar_rejects_unpaired_samples():
         mcnemar_exact(np.ones(3), np.ones(4))
 
 
-def test_bootstrap_means_equal_a_brute_force_loop_over_the_same_indices():
+def test_bootstrap_means_equal_a_brute_force_loop_over_the_same_resampled_instances():
+    """Each draw is the mean of the N instances the multinomial draw picks: rebuilt here instance by instance
+    from the same seeded draw over the distinct outcome patterns (vrr.stats.inference's module docstring)."""
     values = np.stack([A, B]).astype(float)
-    rng = np.random.default_rng(11)
-    idx = rng.integers(0, A.size, (50, A.size), dtype=np.int64)
-    brute = np.array([[values[p, idx[r]].mean() for r in range(50)] for p in range(2)])
+    patterns, counts = np.unique(values.T, axis=0, return_counts=True)
+    weights = np.random.default_rng(11).multinomial(A.size, counts / A.size, size=50)
+    brute = np.empty((2, 50))
+    for r in range(50):
+        resampled = np.concatenate([np.repeat(patterns[u][None, :], weights[r, u], axis=0)
+                                    for u in range(len(counts))])
+        assert resampled.shape == (A.size, 2)
+        brute[:, r] = resampled.mean(axis=0)
     np.testing.assert_allclose(bootstrap_means(values, 50, seed=11), brute, rtol=0, atol=1e-12)
 
 

@@ -1,10 +1,13 @@
 """Statistics of replayed outcomes (Sec. 5.1 "Metrics"; App. G "Paired Statistical Tests").
 
 Percentile bootstrap CIs with B = 10,000 instance-level resamples, paired bootstrap of
-differences, and exact McNemar tests. scipy.stats.bootstrap and scipy.stats.binom (statsmodels' exact
-McNemar without its pandas import) are used directly; ``bootstrap_means`` is the equivalent vectorized
-resampler for many policies at once (one multinomial resampling-count matrix shared by every row, so
-differences are paired).
+differences, and exact McNemar tests. ``bootstrap_ci`` is scipy.stats.bootstrap's; scipy.stats.binom gives
+statsmodels' exact McNemar without its pandas import. The paired bootstrap and ``bootstrap_means`` resample
+instances on counts: resampling N instances with replacement is a multinomial over the instances, and instances
+with the same outcomes (a policy's 0/1 validity, or one row of every policy's) can be pooled, so a resample is a
+multinomial draw over the distinct outcome patterns with their counts. Same distribution as resampling indices,
+at the cost of the few patterns rather than of N (``tests/test_stats_data_identifiability.py`` checks it against
+scipy.stats.bootstrap).
 """
 from __future__ import annotations
 
@@ -35,18 +38,30 @@ def bootstrap_ci(values, n_resamples: int = N_RESAMPLES, seed: int = 0,
     return Interval(float(values.mean()), float(res.confidence_interval.low), float(res.confidence_interval.high))
 
 
+def _pattern_draws(values: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
+    """Bootstrap draws of the row means of ``values`` [P, N]: [P, B]. The N columns are pooled into their distinct
+    patterns with counts, and each resample is one multinomial draw of N over the patterns (module docstring).
+    Integer-valued rows are summed in integers, so their means are exact whatever the CPU; other rows by
+    ``np.sum`` of element-wise products (no BLAS)."""
+    n = values.shape[1]
+    patterns, counts = np.unique(values.T, axis=0, return_counts=True)      # [U, P], [U]
+    weights = np.random.default_rng(seed).multinomial(n, counts / n, size=n_resamples)   # [B, U]
+    if np.array_equal(patterns, np.round(patterns)):
+        ints = patterns.astype(np.int64)
+        return np.stack([np.sum(weights * ints[:, p], axis=1) for p in range(ints.shape[1])]) / n
+    return np.stack([np.sum(weights * patterns[:, p], axis=1) for p in range(patterns.shape[1])]) / n
+
+
 def paired_bootstrap(a, b, n_resamples: int = N_RESAMPLES, seed: int = 0,
                      confidence: float = 0.95) -> Interval:
-    """Paired percentile bootstrap CI of mean(a - b), resampling instances (App. G)."""
-    from scipy import stats  # imported on use: importing scipy.stats costs ~1 s of CPU in every notebook kernel
-
+    """Paired percentile bootstrap CI of mean(a - b), resampling instances (App. G), on the counts of the
+    distinct (a, b) pairs (module docstring)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.shape != b.shape or a.ndim != 1 or a.size < 2:
         raise ValueError(f"paired_bootstrap: needs two paired 1-D samples of at least 2 values, got {a.shape} and {b.shape}")
-    res = stats.bootstrap((a, b), lambda x, z, axis=-1: x.mean(axis) - z.mean(axis), paired=True,
-                          n_resamples=n_resamples, confidence_level=confidence, method="percentile",
-                          vectorized=True, rng=np.random.default_rng(seed))
-    return Interval(float(a.mean() - b.mean()), float(res.confidence_interval.low), float(res.confidence_interval.high))
+    draws = _pattern_draws(np.stack([a, b]), n_resamples, seed)
+    lo, hi = percentile_interval(draws[0] - draws[1], confidence)
+    return Interval(float(a.mean() - b.mean()), float(lo), float(hi))
 
 
 def mcnemar_exact(a, b) -> float:
@@ -68,20 +83,14 @@ def mcnemar_exact(a, b) -> float:
 def bootstrap_means(values, n_resamples: int = N_RESAMPLES, seed: int = 0) -> np.ndarray:
     """Bootstrap distribution of row means, [P, B], from one shared resampling of instances.
 
-    Each resample draws N instance indices with replacement (as scipy.stats.bootstrap does);
-    their per-instance counts W [B, N] give the resampled means of all P rows, so every row (and every
-    difference of rows) sees the same resamples. Each mean is an element-wise product summed by ``np.sum``,
-    not a matrix product: BLAS kernels and threads order a sum differently on each CPU.
-    """
+    Each resample draws N instances with replacement, as a multinomial over the distinct columns (every row's
+    outcome of one instance) with their counts, so every row (and every difference of rows) sees the same
+    resamples (module docstring)."""
     values = np.atleast_2d(np.asarray(values, dtype=float))
     n = values.shape[1]
     if n < 2:
         raise ValueError(f"bootstrap_means: needs at least 2 instances, got {n}")
-    idx = np.random.default_rng(seed).integers(0, n, (n_resamples, n), dtype=np.int64)
-    idx += (np.arange(n_resamples, dtype=np.int64) * n)[:, None]
-    counts = np.bincount(idx.ravel(), minlength=n_resamples * n).reshape(n_resamples, n)
-    counts = counts.astype(float)
-    return np.stack([np.sum(counts * row, axis=1) for row in values]) / n
+    return _pattern_draws(values, n_resamples, seed)
 
 
 def percentile_interval(draws: np.ndarray, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
