@@ -281,9 +281,18 @@ _ANSWER_PATTERNS = [
 
 
 def _line_after(text: str, start: int) -> str:
-    """The statement after an answer phrase: the rest of its line, at most :data:`MAX_STATEMENT_CHARS`
-    characters, cut only when it is read (so phrases repeated on one line never copy it once each)."""
-    return text[start:start + MAX_STATEMENT_CHARS].split("\n", 1)[0]
+    """The statement after an answer phrase: the rest of its line, cut only when it is read (so phrases
+    repeated on one line never copy it once each). A line longer than :data:`MAX_STATEMENT_CHARS` is cut at
+    the last space before that, never inside a token (a number cut short would read as another number)."""
+    piece = text[start:start + MAX_STATEMENT_CHARS + 1]
+    line = piece.split("\n", 1)[0]
+    if len(line) <= MAX_STATEMENT_CHARS:
+        return line
+    head = line[:MAX_STATEMENT_CHARS]
+    if line[MAX_STATEMENT_CHARS].isspace() or head[-1].isspace():
+        return head
+    parts = head.rsplit(None, 1)  # from the right: only the cut token is read
+    return head[:len(head) - len(parts[-1])] if len(parts) == 2 else ""
 _EXPLICIT = 3  # the first _EXPLICIT patterns (and boxes) are explicit answer statements
 _QUOTES = "\"\u201c\u00ab"
 
