@@ -289,3 +289,13 @@ def test_a_detached_sign_is_no_number_and_a_whole_token_reads_its_value(n, space
     assert gsm8k.parse_number(f"{lead}+{spaces}{abs(n)}") is None
     assert gsm8k.label(f"The answer is -{spaces}{abs(n)}.", str(abs(n))) == 0
     assert gsm8k.label(f"The answer is {n}.", str(n)) == 1
+
+
+@pytest.mark.parametrize("plan, answer", [
+    ("The answer is " + "9" * 400 + "/7", None),              # a statement cut inside its number reads nothing
+    ("The answer is " + "9" * 400, None),
+    ("The answer is 5 " + "x " * 400, "5"),                    # a long line keeps its first number
+    ("The answer is " + "x " * 140 + "12345 and 7", "7"),      # past the cap: the last number of the text
+])
+def test_a_long_statement_is_never_cut_inside_a_number(plan, answer):
+    assert gsm8k.extract_answer(plan) == answer
