@@ -104,8 +104,8 @@ def _start_runner(tmp_path, mark, parent: bool):
     return proc, run, out
 
 
-def _runner_of(run: RunProcesses) -> int:
-    return next(p for p, t in run.scan().items() if " notebook " in t["cmdline"] and "-c" not in t["cmdline"])
+def _runner_of(run: RunProcesses, parent: int) -> int:
+    return next(p for p, t in run.scan().items() if t["ppid"] == parent)
 
 
 def test_sigkill_to_the_runners_parent_leaves_no_temporary_notebook(tmp_path):
@@ -113,12 +113,13 @@ def test_sigkill_to_the_runners_parent_leaves_no_temporary_notebook(tmp_path):
     before it stops the kernel, so no late write of papermill can leave a *.tmp.ipynb, however slowly the
     kernel dies; nothing runs on."""
     proc, run, out = _start_runner(tmp_path, uuid.uuid4().hex, parent=True)
-    runner = _runner_of(run)
+    runner = _runner_of(run, proc.pid)
     proc.kill()
     proc.wait()
     assert_no_survivor(run, within=PATIENCE)
-    assert not list(out.rglob("*.tmp.ipynb")) and not (out / "slow.ipynb").exists()
-    assert not [p.name for p in out.iterdir() if p.name.startswith(".vrr-running-")]
+    left = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    assert not list(out.rglob("*.tmp.ipynb")) and not (out / "slow.ipynb").exists(), left
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".vrr-running-")], left
     assert not list(Path(tempfile.gettempdir()).glob(f"vrr-kernel-{runner}-*"))
 
 

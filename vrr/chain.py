@@ -30,6 +30,7 @@ from typing import Any, Sequence
 import yaml
 
 from .common.paths import REPO_ROOT
+from .common.processes import death_signal_preexec, owner_gone, owner_tag, set_death_signal
 from .data.contract import Setting, load_setting, save_setting
 from .data.simulate import simulate_from_config, simulation_protocol
 from .loop.store import RunPaths
@@ -188,7 +189,7 @@ def supervise(argv: Sequence[str]) -> int:
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         proc = subprocess.Popen([sys.executable, "-m", "vrr", *argv], env=env, start_new_session=True,
-                                preexec_fn=_death_signal_preexec(signal.SIGTERM, os.getpid()))
+                                preexec_fn=death_signal_preexec(signal.SIGTERM, os.getpid()))
         if stopping["signal"]:
             kill_group(signal.SIGTERM)
         while True:
@@ -234,32 +235,6 @@ def start_orphan_watchdog() -> None:
     threading.Thread(target=watch, name="vrr-orphan-watchdog", daemon=True).start()
 
 
-def _death_signal(sig: int) -> None:
-    """``prctl(PR_SET_PDEATHSIG, sig)``: the kernel sends ``sig`` to this process when the thread that started
-    it exits."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(1, int(sig), 0, 0, 0) != 0:   # 1: PR_SET_PDEATHSIG
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-
-
-def _death_signal_preexec(sig: int, parent: int):
-    """A ``preexec_fn`` for a child of ``parent``: :func:`_death_signal` before exec, then the check that the
-    parent is still alive (it may have died before the prctl took effect; then the child ends at once)."""
-    import ctypes
-    import signal
-
-    prctl = ctypes.CDLL(None, use_errno=True).prctl   # loaded before the fork
-
-    def preexec():
-        prctl(1, int(sig), 0, 0, 0)
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
-
-
 MAKE_PID_ENV = "VRR_MAKE_PID"   # the Makefile exports make's own pid: its commands can tell it has died
 
 
@@ -272,7 +247,7 @@ def die_with_parent(sig: int) -> None:
     import signal
 
     parent = os.getppid()
-    _death_signal(sig)
+    set_death_signal(sig)
     make = os.environ.get(MAKE_PID_ENV, "")
     make_gone = make.isdigit() and int(make) != parent and not Path(f"/proc/{make}").exists()
     if os.getppid() != parent or make_gone:  # the parent died before prctl took effect
@@ -343,19 +318,6 @@ RUNNING_PREFIX = ".vrr-running-"   # a runner's folder of temporary notebooks, b
 KERNEL_PREFIX = "vrr-kernel-"       # a runner's folder of kernel sockets, in the temporary folder
 
 
-def _owner() -> str:
-    """``<pid>-t<start>-n<ns>`` of this process: the pid, its start time (a reused pid is another owner) and its
-    PID namespace (a runner of another namespace, one sharing the results folder, is never judged)."""
-    return f"{os.getpid()}-t{_start_ticks(os.getpid())}-n{os.stat('/proc/self/ns/pid').st_ino}"
-
-
-def _start_ticks(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def remove_stale_runner_folders(folders: Sequence[Path]) -> list[Path]:
     """Remove the temporary folders (:data:`RUNNING_PREFIX` in ``folders``, :data:`KERNEL_PREFIX` in the
     temporary folder) of notebook runners that are gone (SIGKILL gives a runner no chance to remove its
@@ -372,7 +334,7 @@ def remove_stale_runner_folders(folders: Sequence[Path]) -> list[Path]:
             continue
         for name in names:
             m = re.match(r"(\d+)-t(\d+)-n(\d+)(-|$)", name[len(prefix):])
-            if m and int(m[3]) == os.stat("/proc/self/ns/pid").st_ino and _start_ticks(int(m[1])) != int(m[2]):
+            if m and owner_gone(int(m[1]), int(m[2]), int(m[3])):
                 shutil.rmtree(folder / name, ignore_errors=True)
                 removed.append(folder / name)
                 print(f"vrr notebook: removed {folder / name}, left by runner process {m[1]}, which was killed",
@@ -407,7 +369,7 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
     import tempfile
     import threading
 
-    owner = _owner()
+    owner = owner_tag()
     scratch = {Path(run.output.parent) / f"{RUNNING_PREFIX}{owner}" for run in runs}
 
     def remove_scratch():
@@ -477,7 +439,7 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
     with open(log, "w") as log_fh:
         os.dup2(log_fh.fileno(), 2)
         try:
-            km.start_kernel(cwd=str(cwd or REPO_ROOT), preexec_fn=_death_signal_preexec(signal.SIGKILL, os.getpid()))
+            km.start_kernel(cwd=str(cwd or REPO_ROOT), preexec_fn=death_signal_preexec(signal.SIGKILL, os.getpid()))
             worker = threading.Thread(target=execute_all, name="vrr-notebooks", daemon=True)
             worker.start()
             while worker.is_alive():
