@@ -76,7 +76,7 @@ $(VENV)/.installed: pyproject.toml
 	  $(PYTHON_BOOT) -m venv $(VENV); \
 	fi
 	$(PY) -m pip install -q --upgrade pip uv
-	$(PIP_INSTALL) -q -e ".[repro,notebooks,test,tasks,dspy,inspect]"
+	$(PIP_INSTALL) -q -e ".[repro,notebooks,test,tasks,dspy,inspect,ppi]"
 	@touch $@
 
 # Model-written code runs only inside bubblewrap (Debian's 'bubblewrap'; vrr/loop/sandbox/).

@@ -176,3 +176,26 @@ def test_default_algorithm1_keeps_the_better_mode_on_every_committed_table():
         if alg < best - 0.015 - 1e-9:
             short.append((path.stem, alg, best))
     assert not short, short
+
+
+def test_ppi_means_are_the_ppi_library_estimate():
+    """vrr.calibration.ppi writes PPI++'s per-coordinate power tuning out on histograms; on the same rows (expanded
+    from the histograms) ppi_py's estimate is the same."""
+    import ppi_py   # the ppi extra, which make env installs
+    from scipy import stats as sps
+
+    from vrr.calibration.ppi import _predictions, em_posterior, ppi_rates
+
+    st = _window(n=300, seed=8)
+    em = (0.28, 0.2, 0.55)
+    fit = ppi_rates(st.S[:, 0], 8, st.probe_S, st.probe_y, 16, em)
+    pred = _predictions(em_posterior(8, *em), 8)
+    thin = sps.hypergeom.pmf(np.arange(9)[None, :], 16, np.arange(17)[:, None], 8)
+    y = st.probe_y.astype(float)
+    frac = st.probe_S / 16
+    labels = np.stack([y, y * (1 - frac), 1 - y, (1 - y) * frac], axis=1)
+    theta = ppi_py.ppi_mean_pointestimate(labels, (thin @ pred)[st.probe_S], pred[st.S[:, 0]], lam=None,
+                                          lam_optim_mode="element")
+    theta = np.asarray(theta).ravel()
+    assert fit.rho1 == pytest.approx(theta[1] / theta[0], abs=1e-10)
+    assert fit.rho0 == pytest.approx(theta[3] / theta[2], abs=1e-10)

@@ -7,9 +7,15 @@ rho1 and rho0 are ratios of population means over a window's first plans:
 
 which a labeled sample estimates without bias but with few plans. The label-free binomial-mixture EM gives every
 plan a posterior r(S) = P(valid | S) (App. A, "Calibration Estimators"), so the window's unlabeled plans predict the
-four means through r; PPI++ corrects the prediction with the labeled probe (the rectifier mean(Y - lam Yhat)) and
-tunes lam to the variance it saves (``ppi_py.ppi_mean_pointestimate``, lam per coordinate, clipped to [0, 1]):
-lam = 0 is the labeled estimate alone, lam = 1 plain PPI. The probe's plans carry ``probe_M`` votes and the
+four means through r; PPI++ corrects the prediction with the labeled probe:
+
+    theta_j = lam_j mean_unlabeled(Yhat_j) + mean_labeled(Y_j - lam_j Yhat_j),
+    lam_j = clip( Cov_n(Y_j, Yhat_j) / ((1 + n/N) Var(Yhat_j over labeled and unlabeled)), 0, 1 ),
+
+the power tuning per coordinate that ``ppi_py.ppi_mean_pointestimate(lam=None, lam_optim_mode="element")`` computes
+(Angelopoulos et al., PPI++, mean estimation; ``tests/test_algorithm1_deployed.py`` checks the two agree): lam = 0 is
+the labeled estimate alone, lam = 1 plain PPI. It is written out here on histograms because importing ``ppi_py``
+(numba, pandas, scikit-learn) costs seconds in every notebook kernel. The probe's plans carry ``probe_M`` votes and the
 window's M: the probe's prediction is r averaged over the hypergeometric thinning of its votes to M (the count of M
 votes drawn without replacement from its ``probe_M``), so predictor and window speak of the same M-vote count,
 while its label terms use all ``probe_M`` votes.
@@ -19,14 +25,11 @@ with the number of plans.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
-
-# PPI++'s means are rounded to this many decimals: the tuned lam comes from the library's covariance
-# arithmetic, whose last bits may differ across CPU kinds, and a calibration must not.
-DECIMALS = 12
 
 
 @dataclass(frozen=True)
@@ -56,12 +59,37 @@ def _predictions(r: np.ndarray, M: int) -> np.ndarray:
     return np.stack([r, r * (1 - s), 1 - r, (1 - r) * s], axis=1)
 
 
+def _weighted_moments(values: np.ndarray, weights: np.ndarray) -> tuple[float, float]:
+    """(sum of weights, weighted sum) by math.fsum: exact-rounded, the same on every CPU."""
+    return math.fsum(weights), math.fsum(weights * values)
+
+
+def ppi_means(labels: np.ndarray, pred_labeled: np.ndarray, pred_unlabeled: np.ndarray, w_labeled: np.ndarray,
+              w_unlabeled: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """PPI++ means with lam tuned per coordinate (module docstring) from weighted rows: ``labels`` and
+    ``pred_labeled`` [L, d] with counts ``w_labeled`` [L], ``pred_unlabeled`` [U, d] with counts ``w_unlabeled``
+    [U] (a histogram's cells). Returns (theta [d], lam [d])."""
+    n, _ = _weighted_moments(np.zeros(len(w_labeled)), w_labeled)
+    N, _ = _weighted_moments(np.zeros(len(w_unlabeled)), w_unlabeled)
+    d = labels.shape[1]
+    theta, lam = np.empty(d), np.empty(d)
+    for j in range(d):
+        y, f, fu = labels[:, j], pred_labeled[:, j], pred_unlabeled[:, j]
+        my = math.fsum(w_labeled * y) / n
+        mf = math.fsum(w_labeled * f) / n
+        mfu = math.fsum(w_unlabeled * fu) / N
+        cov = math.fsum(w_labeled * (y - my) * (f - mf)) / n
+        pooled = (math.fsum(w_labeled * f) + math.fsum(w_unlabeled * fu)) / (n + N)
+        var = (math.fsum(w_labeled * (f - pooled) ** 2) + math.fsum(w_unlabeled * (fu - pooled) ** 2)) / (n + N - 1)
+        lam[j] = min(max(cov / ((1.0 + n / N) * var), 0.0), 1.0) if var > 0 else 0.0
+        theta[j] = lam[j] * mfu + my - lam[j] * mf
+    return theta, lam
+
+
 def ppi_rates(S_unlabeled, M: int, probe_S, probe_y, probe_M: int, em: tuple[float, float, float]) -> PPIFit:
     """(rho0, rho1) of the module docstring: ``S_unlabeled`` the window's first-plan accept counts (M votes),
     ``probe_S``/``probe_y`` the labeled probe (``probe_M`` votes), ``em`` the label-free EM's (rho0, rho1, w) on
     the window."""
-    from ppi_py import ppi_mean_pointestimate
-
     S_u = np.asarray(S_unlabeled, dtype=np.int64).ravel()
     S_p = np.asarray(probe_S, dtype=np.int64).ravel()
     y_p = np.asarray(probe_y).ravel()
@@ -74,19 +102,18 @@ def ppi_rates(S_unlabeled, M: int, probe_S, probe_y, probe_M: int, em: tuple[flo
     r = em_posterior(M, *em)
     pred = _predictions(r, M)                                     # [M+1, 4] for an M-vote count
     thin = stats.hypergeom.pmf(np.arange(M + 1)[None, :], probe_M, np.arange(probe_M + 1)[:, None], M)
-    pred_probe = thin @ pred                                      # [probe_M+1, 4]: E over the thinning
-    frac = S_p / probe_M
-    y = y_p.astype(float)
-    labels = np.stack([y, y * (1 - frac), 1 - y, (1 - y) * frac], axis=1)
-    theta = ppi_mean_pointestimate(labels, pred_probe[S_p], pred[S_u], lam=None, lam_optim_mode="element")
-    theta = np.round(np.asarray(theta, dtype=float).ravel(), DECIMALS)
-    # the lam behind it, for the record: theta = lam * mean(Yhat_u) + mean(Y - lam Yhat) solved per coordinate
-    gap = pred[S_u].mean(axis=0) - pred_probe[S_p].mean(axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        lam = np.where(np.abs(gap) > 1e-12, (theta - labels.mean(axis=0)) / gap, 0.0)
+    pred_probe = np.stack([np.sum(thin * pred[:, j][None, :], axis=1) for j in range(4)], axis=1)  # no BLAS
+    # the labeled cells: (class, probe count) with their numbers of plans; the unlabeled cells: the window's counts
+    cells = np.stack([y_p, S_p], axis=1)
+    keys, w_lab = np.unique(cells, axis=0, return_counts=True)
+    cls, cnt = keys[:, 0].astype(float), keys[:, 1]
+    frac = cnt / probe_M
+    labels = np.stack([cls, cls * (1 - frac), 1 - cls, (1 - cls) * frac], axis=1)
+    w_unl = np.bincount(S_u, minlength=M + 1).astype(float)
+    theta, lam = ppi_means(labels, pred_probe[cnt], pred, w_lab.astype(float), w_unl)
     rho1 = float(np.clip(theta[1] / theta[0], 0.0, 1.0)) if theta[0] > 0 else float("nan")
     rho0 = float(np.clip(theta[3] / theta[2], 0.0, 1.0)) if theta[2] > 0 else float("nan")
-    return PPIFit(rho0, rho1, tuple(float(np.round(v, 6)) for v in lam), int(S_p.size), int(S_u.size))
+    return PPIFit(rho0, rho1, tuple(float(v) for v in lam), int(S_p.size), int(S_u.size))
 
 
 def ppi_crossfit(label_free, S, M: int, probe_S, probe_y, probe_M: int):
