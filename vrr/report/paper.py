@@ -26,6 +26,7 @@ PAPER_POLICY_ORDER = ["No repair", "Majority stopping", "ConfStop-0.85", "Fixed 
                       "Accepted-first", "Last-accepted", "Verifier-best", "VRR-Stop", "VRR-Stop (label-free EM)",
                       "VRR-Guard", "Algorithm 1", "Algorithm 1 (paper)", "TPM reference", "Hindsight best"]
 CHECK_ROW = "Calibration check"
+READABILITY_ROW = "Judge readability"
 
 
 # Row order of the paper's tables (Table "loop-dynamics"); other runs follow in given order.
@@ -82,6 +83,13 @@ def table_stopping(res: Results, run: str, out_dir: Path) -> list[dict]:
 
         rows.append({"policy": CHECK_ROW, "V [95% CI]": folds_verdict_text(check), "<K>": "", "repairs run": "",
                      "verifier calls": "", "dV vs TPM (pp)": ""})
+    readability = res.calibration[run].get("judge_readability")
+    if readability is not None:
+        # a real run: the judge votes that could not be read count as rejections (vrr.report.status)
+        from .status import readability_note
+
+        rows.append({"policy": READABILITY_ROW, "V [95% CI]": readability_note(readability), "<K>": "",
+                     "repairs run": "", "verifier calls": "", "dV vs TPM (pp)": ""})
     calls = [("verifier calls", "Verifier calls")] if any(r["verifier calls"] for r in rows) else []
     rep.write_table(rows, [("policy", "Method"), ("V [95% CI]", "True validity V [95% CI]"), ("<K>", "<K>"),
                            ("repairs run", "Repairs run")] + calls + [("dV vs TPM (pp)", "dV vs TPM (pp)")],
