@@ -252,14 +252,15 @@ def test_from_calibration_uses_the_folds_replay_uses(calibration, committed):
     setting, cf, config, alg = committed("sim_qwen3b_pmstress")
     ctl = OnlineController.from_calibration(path, fold=2)
     c = ctl.config
-    for name in PARAM_NAMES:
-        assert c[name] == getattr(cf.fits[2].params, name)
+    plan = algorithm1_plan(setting, cf, config, checks=alg["checks"], diags=alg["j_per_fold"])
     first = int(np.flatnonzero(cf.folds == 2)[0])
+    for name in PARAM_NAMES:   # fold 2's calibration, with the rates Algorithm 1 decides with (the decision check's)
+        assert c[name] == plan["params"][name][first]
     for name in PARAM_NAMES:   # B_k's draws are fold 2's, the ones replay scores fold 2's instances with
         assert c["draws"][name] == alg["draws"][name][:, first].tolist()
     assert c["draws"]["rho0"] != alg["draws"]["rho0"][:, int(np.flatnonzero(cf.folds == 1)[0])].tolist()
     assert c["j_hat"] == alg["j_per_fold"][2] and (c["M"], c["k_max"]) == (setting.M, setting.k_max)
-    assert c["check"] == alg["checks"][2] and (ctl.mode, ctl.to_dict()["state"]["reason"]) == alg["modes"][2]
+    assert c["check"] == alg["checks"][2] and (ctl.mode, ctl.to_dict()["state"]["reason"]) == plan["modes"][2]
     deployed = OnlineController.from_calibration(path)          # refit on every calibration instance
     assert 0 < deployed.config["rho0"] < 1 and deployed.config["source"] == str(path)
     no_arrays = OnlineController.from_calibration(path, fold=0, arrays=False, M=8, k_max=5, draws=c["draws"])

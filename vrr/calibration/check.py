@@ -132,8 +132,15 @@ def calibration_check(S_unlabeled, M: int, probe_S, probe_y, probe_M: int, level
         raise ValueError(f"calibration_check: level must be in (0, 1), got {level}")
     if n_boot < 10:
         raise ValueError(f"calibration_check: needs at least 10 bootstrap replicates, got {n_boot}")
-    return _check(np.asarray(S_unlabeled, dtype=np.int64).ravel(), int(M), np.asarray(probe_S, dtype=np.int64).ravel(),
-                  np.asarray(probe_y).ravel().astype(bool), int(probe_M), float(level), int(n_boot), int(seed),
+    from . import inputs
+
+    src = "calibration_check"
+    S_u = inputs.accept_counts(S_unlabeled, M, name="S_unlabeled", source=src).ravel()
+    probe_M = inputs.votes_per_plan(probe_M, name="probe_M", source=src)
+    S_p = inputs.accept_counts(probe_S, probe_M, name="probe_S", source=src).ravel()
+    y_p = inputs.labels(probe_y, name="probe_y", source=src).ravel()
+    inputs.same_shape({"probe_S": S_p, "probe_y": y_p}, source=src)
+    return _check(S_u, int(M), S_p, y_p.astype(bool), int(probe_M), float(level), int(n_boot), int(seed),
                   int(em_restarts), float(em_tol), int(em_max_iter))
 
 

@@ -260,8 +260,18 @@ def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
     from .correlated import PHI_MAX, check_likelihood
 
     check_likelihood(likelihood)
-    S = np.asarray(S)
-    y = np.asarray(y)
+    from . import inputs
+
+    M = inputs.votes_per_plan(M, source="calibrate")
+    S = inputs.accept_counts(S, M, source="calibrate")
+    y = inputs.labels(y, source="calibrate")
+    inputs.same_shape({"S": S, "y": y}, source="calibrate")
+    if probe_S is not None:
+        probe_M = inputs.votes_per_plan(probe_M, name="probe_M", source="calibrate")
+        probe_S = inputs.accept_counts(probe_S, probe_M, name="probe_S", source="calibrate")
+        if probe_y is not None:
+            probe_y = inputs.labels(probe_y, name="probe_y", source="calibrate")
+            inputs.same_shape({"probe_S": probe_S, "probe_y": probe_y}, source="calibrate")
     labeled = None
     check = None
     if method in PROBE_METHODS:
