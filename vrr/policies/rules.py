@@ -114,7 +114,8 @@ def algorithm1_step(g_hat, radius, tau: float = 0.0, radius_low=None):
     """Algorithm 1's Stop-mode test for one round (lines 10-14; Eq. 8, sign identifiability).
 
     Returns ``(commit, unidentifiable)``: commit p_k when G-hat_k + B_k <= tau; otherwise, when
-    G-hat_k - B_k <= tau the sign is not identifiable and the instance switches to Guard mode.
+    G-hat_k - B_k <= tau the sign is not identifiable (the paper's pseudocode then switches to Guard mode,
+    :func:`algorithm1_paper`; the deployed :func:`algorithm1` reports it and acts on G-hat_k).
     ``radius_low``: a radius below G-hat_k of its own (an interval not symmetric about G-hat_k,
     ``vrr.calibration.gain_radius``); then ``radius`` is the one above.
     """

@@ -37,8 +37,8 @@ Sequential voting, one vote at a time (``sequential="exact"``: the same decision
 ``ctl.to_json()`` / ``OnlineController.from_json(text)`` (``save`` / ``load`` for files) carry the whole
 state, so a loop can resume mid-trajectory, even mid-round.
 
-Policies: ``"algorithm1"`` (Stop mode when the labeled J diagnostic gives J-hat >= J_min, else Guard;
-Stop switches to Guard for the rest of the problem when the sign of G-hat_k is not identifiable, Eq. 8),
+Policies: ``"algorithm1"`` (the mode of ``vrr.policies.mode.algorithm1_mode``, chosen once per calibration and
+held for the problem; Stop mode runs VRR-Stop's rule and reports whether Eq. 8 identifies the sign),
 ``"vrr_stop"`` (Eqs. 5-7; ``alpha`` and ``beta`` may be per-round sequences alpha_t, beta_t, the VRR-Stop-t
 variant of ``vrr.calibration.round_dynamics``) and ``"vrr_guard"`` (Eq. 9, full budget, keep-best).
 Left out, the policy is ``"algorithm1"`` when the parameter box and the J diagnostic are given

@@ -50,8 +50,8 @@ class CalibrationReport:
 
     ``mode`` is ``"stop"`` or ``"guard"``, the mode the controller built from this report starts each
     problem in, and ``reason`` says why: both come from ``vrr.policies.online.planned_mode`` (for
-    Algorithm 1, ``vrr.policies.mode.algorithm1_mode``: Stop when J-hat >= J_min and the calibration check
-    passes, the definition replay uses), the function the controller itself uses. ``j_hat``, ``j_ci``,
+    Algorithm 1, ``vrr.policies.mode.algorithm1_mode``: labeled rates run Stop, label-free ones the J test, the
+    definition replay uses), the function the controller itself uses. ``j_hat``, ``j_ci``,
     ``j_p_value``: the labeled J test (None for a label-free calibration). ``check``: the calibration check
     (``CalibrationCheck.as_dict``; None without labels, or with M below the label-free EM's minimum).
     ``round_rates``: alpha_t, beta_t when the repair pairs carried their rounds. ``data``: what the file stores

@@ -100,7 +100,7 @@ class OnlineController(Constructors):
     @property
     def mode(self) -> str:
         """The mode the current round runs in, ``"stop"`` or ``"guard"`` (:func:`planned_mode` at the start
-        of a problem; Algorithm 1 switches to Guard when Eq. 8 fails)."""
+        of a problem, held for the problem)."""
         return self._mode
 
     def threshold(self, k: int | None = None) -> float:
