@@ -28,8 +28,21 @@ CHECK_LEVEL = 0.05
 CHECK_REPLICATES = 200
 
 
+class Verdict:
+    """The words of a check's verdict (``passed``), shared by the Wald check and the decision check."""
+
+    passed: bool
+
+    @property
+    def verdict(self) -> str:
+        return "pass" if self.passed else "reject"
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "verdict": self.verdict}
+
+
 @dataclass(frozen=True)
-class CalibrationCheck:
+class CalibrationCheck(Verdict):
     """The check's verdict with everything behind it (recorded in ``calibration.json``)."""
 
     rho0_em: float
@@ -42,13 +55,6 @@ class CalibrationCheck:
     n_boot: int
     passed: bool
     reason: str
-
-    @property
-    def verdict(self) -> str:
-        return "pass" if self.passed else "reject"
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "verdict": self.verdict}
 
     @classmethod
     def from_dict(cls, data: dict) -> "CalibrationCheck":

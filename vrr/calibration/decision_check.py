@@ -18,11 +18,12 @@ check rejects while L stays near 0. The Wald statistic is kept beside it as a di
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..core.belief import filter_beliefs, gain
+from .check import Verdict
 
 LOSS_THRESHOLD = 0.02
 
@@ -38,7 +39,7 @@ def stop_rounds(S, M: int, rho0, rho1, alpha, beta, pi, tau: float = 0.0) -> tup
 
 
 @dataclass(frozen=True)
-class DecisionCheck:
+class DecisionCheck(Verdict):
     """The decision check's verdict and what is behind it (recorded in ``calibration.json``)."""
 
     loss: float               # L, validity the label-free decisions give up under the labeled model
@@ -50,13 +51,6 @@ class DecisionCheck:
     rho1_labeled: float
     passed: bool
     reason: str
-
-    @property
-    def verdict(self) -> str:
-        return "pass" if self.passed else "reject"
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "verdict": self.verdict}
 
 
 def decision_check(S, M: int, free: tuple[float, float], labeled: tuple[float, float], alpha: float, beta: float,

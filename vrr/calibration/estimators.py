@@ -257,7 +257,7 @@ def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
     beta-binomial fit (``vrr.calibration.correlated``) and the calibration also carries phi0, phi1.
     ``votes``: the vote-noise fit, computed elsewhere (a batch of several samples' fits).
     """
-    from .correlated import PHI_MAX, check_likelihood
+    from .correlated import check_likelihood
 
     check_likelihood(likelihood)
     from . import inputs
@@ -320,27 +320,39 @@ def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
     if votes is None:  # (a bootstrap passes the vote-noise fits it computed for many samples at once)
         votes = fit_vote_noise(method, vS, vM, y=vy, seed=seed, options=options, labeled=labeled,
                                likelihood=likelihood)
-    rules = {"rho0": "fit", "rho1": "fit", "alpha": alpha_rule, "beta": beta_rule, "pi": pi_rule}
-    rho = {}
+    values, vote_rules = vote_parameters(votes, likelihood)
+    rules = {"rho0": vote_rules["rho0"], "rho1": vote_rules["rho1"], "alpha": alpha_rule, "beta": beta_rule,
+             "pi": pi_rule, **{k: v for k, v in vote_rules.items() if k.startswith("phi")}}
+    params = NoiseParams(rho0=values["rho0"], rho1=values["rho1"], alpha=alpha, beta=beta, pi=pi)
+    phi = {name: values.get(name) for name in ("phi0", "phi1")}
+    return Calibration(params=params, votes=votes, transitions=trans, n_pi_valid=n_pi_valid, n_pi=n_pi, M=vM,
+                       rules=rules, check=check, likelihood=likelihood, **phi)
+
+
+def vote_parameters(votes: VoteNoiseFit, likelihood: str) -> tuple[dict[str, float], dict[str, str]]:
+    """rho0, rho1 (and phi0, phi1 under the exchangeable-vote likelihood) of a vote-noise fit as a calibration
+    takes them, with the rule behind each: an undefined rate (NaN: labeled MLE with no plan of the class) is the
+    Jeffreys 1/2, an undefined correlation 0 (nothing says the votes are correlated), each clipped to its range."""
+    from .correlated import PHI_MAX
+
+    values, rules = {}, {}
     for name in ("rho0", "rho1"):
         value = getattr(votes, name)
-        if np.isnan(value):  # labeled MLE with no labeled plan of the class: nothing to fit
+        rules[name] = "fit"
+        if np.isnan(value):
             value, rules[name] = 0.5, "jeffreys"
-        rho[name] = float(np.clip(value, 0.0, 1.0))
-    params = NoiseParams(rho0=rho["rho0"], rho1=rho["rho1"], alpha=alpha, beta=beta, pi=pi)
-    phi = {"phi0": None, "phi1": None}
+        values[name] = float(np.clip(value, 0.0, 1.0))
     if likelihood == "beta_binomial":
-        for name in phi:
+        for name in ("phi0", "phi1"):
             value = getattr(votes, name)
             if value is None:
                 raise ValueError(f"calibrate: likelihood 'beta_binomial' needs a vote fit with {name} "
                                  f"(got a {votes.method!r} fit without it)")
             rules[name] = "fit"
-            if np.isnan(value):  # no labeled plan of the class: nothing says its votes are correlated
+            if np.isnan(value):
                 value, rules[name] = 0.0, "independent"
-            phi[name] = float(np.clip(value, 0.0, PHI_MAX))
-    return Calibration(params=params, votes=votes, transitions=trans, n_pi_valid=n_pi_valid, n_pi=n_pi, M=vM,
-                       rules=rules, check=check, likelihood=likelihood, **phi)
+            values[name] = float(np.clip(value, 0.0, PHI_MAX))
+    return values, rules
 
 
 def defined_rate(k: int, n: int, unsafe: tuple[float, ...] = (0.0, 1.0)) -> tuple[float, str]:

@@ -30,7 +30,7 @@ from ..core.belief import filter_beliefs, gain
 from ..settings import reads_probe
 from ._memo import memoized
 from .estimators import (EstimatorOptions, VoteNoiseFit, best_rates, binomial_em_chains,
-                         calibrate, labeled_mle, vote_histograms)
+                         calibrate, labeled_mle, vote_histograms, vote_parameters)
 
 PARAM_NAMES = ("rho0", "rho1", "alpha", "beta", "pi")
 CORRELATION_NAMES = ("phi0", "phi1")   # drawn too under the exchangeable-vote likelihood
@@ -216,23 +216,9 @@ def _finish_draws(plan: dict) -> dict[str, np.ndarray]:
 
 
 def _vote_parameters(votes: VoteNoiseFit, likelihood: str) -> dict[str, float]:
-    """rho0, rho1 (and phi0, phi1 under the exchangeable-vote likelihood) as :func:`calibrate` takes them from a
-    vote-noise fit, by the same rules: an undefined rate (NaN) is 1/2, an undefined correlation 0, each clipped to
-    its range."""
-    from .correlated import PHI_MAX
-
-    out = {}
-    for name in ("rho0", "rho1"):
-        value = getattr(votes, name)
-        out[name] = float(np.clip(0.5 if np.isnan(value) else value, 0.0, 1.0))
-    if likelihood == "beta_binomial":
-        for name in CORRELATION_NAMES:
-            value = getattr(votes, name)
-            if value is None:
-                raise ValueError(f"calibrate: likelihood 'beta_binomial' needs a vote fit with {name} "
-                                 f"(got a {votes.method!r} fit without it)")
-            out[name] = float(np.clip(0.0 if np.isnan(value) else value, 0.0, PHI_MAX))
-    return out
+    """rho0, rho1 (and phi0, phi1) of a resample's vote-noise fit, as :func:`calibrate` takes them
+    (:func:`vrr.calibration.estimators.vote_parameters`)."""
+    return vote_parameters(votes, likelihood)[0]
 
 
 def _correlated_job(fit_as: str, point_votes, S, y, M: int, reps, probe_reps, vote_rounds: str, probe_S, probe_y,
