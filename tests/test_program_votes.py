@@ -69,7 +69,10 @@ def test_a_gsm8k_window_with_program_votes_through_the_fake_engine(tmp_path):
 
 
 def test_a_program_vote_gets_a_program_sized_budget_unless_the_setting_names_one():
-    cfg = run_config(load_config("gsm8k_cpu_favorable", overrides={"verifier.kind": "llm_program"}), setting="b")
+    # gsm8k_cpu_favorable names its one-word verdict's 4 tokens (the committed run's budget); a setting that names
+    # none gets its verifier kind's
+    cfg = run_config(load_config("gsm8k_cpu_favorable", overrides={"verifier.kind": "llm_program",
+                                                                   "verifier.max_tokens": None}), setting="b")
     assert cfg.judge_tokens() == 256
     cfg = run_config(load_config("gsm8k_cpu_favorable", overrides={"verifier.kind": "llm_program",
                                                                    "verifier.max_tokens": 300}), setting="b")
