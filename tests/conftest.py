@@ -47,6 +47,10 @@ def write_calibration(name: str, results_root: Path, seed: int = 0) -> Path:
     config = vrr.ReplayConfig.from_setting(cfg, seed=seed)
     summary = vrr.calibration_summary(arrays, config)
     summary.update({"loop_dynamics": vrr.loop_dynamics(arrays), "arrays_path": str(paths.arrays)})
+    if cfg["kind"] != "simulated":   # as 03 does: the judge's readability of a real run
+        from vrr.report.status import run_readability
+
+        summary["judge_readability"] = run_readability(paths.data_dir)
     vrr.write_json(paths.calibration, summary)
     return paths.calibration
 
