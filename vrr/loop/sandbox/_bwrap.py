@@ -346,8 +346,8 @@ def run_many(codes: Sequence[str], timeout: float = DEFAULT_TIMEOUT, parallel: i
             while pending and len(running) < parallel:
                 i, code = pending.popleft()
                 job = _Job(code, timeout, cpu_limit, seeds[i], allow_weak)
+                running.append((i, job))   # before start: an interrupt inside start still kills what it spawned
                 job.start()
-                running.append((i, job))
             _wait_any([job for _, job in running])
             still = []
             for i, job in running:
