@@ -78,8 +78,10 @@ while True:   # programs that sleep: the sandbox is always in use
 
 def _start_sandbox_user(mark, wall=600.0):
     env = dict(os.environ, VRR_TEST_MARK=mark, PYTHONPATH=str(REPO))
+    # SIGINT at its default in the child: a pytest-xdist worker ignores SIGINT, a child inherits that, and Python
+    # then installs no KeyboardInterrupt handler, so the signal under test would never arrive
     proc = subprocess.Popen([sys.executable, "-c", SANDBOX_USER, str(wall)], env=env, stdout=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline() == "ready\n"
     _wait_for(lambda: len([p for p in _owned([proc.pid]) if str(p.parent) == _cgroup_parents()[0]]) == 2,
               "the sandbox programs did not start")
