@@ -45,12 +45,7 @@ def write_calibration(name: str, results_root: Path, seed: int = 0) -> Path:
     paths = vrr.setting_paths(cfg, REPO / "data", results_root)
     arrays = vrr.generate(cfg, paths)   # simulated: drawn into results_root; real: the committed arrays
     config = vrr.ReplayConfig.from_setting(cfg, seed=seed)
-    summary = vrr.calibration_summary(arrays, config)
-    summary.update({"loop_dynamics": vrr.loop_dynamics(arrays), "arrays_path": str(paths.arrays)})
-    if cfg["kind"] != "simulated":   # as 03 does: the judge's readability of a real run
-        from vrr.report.status import run_readability
-
-        summary["judge_readability"] = run_readability(paths.data_dir)
+    summary = vrr.calibration_record(cfg, paths, arrays, config)
     vrr.write_json(paths.calibration, summary)
     return paths.calibration
 

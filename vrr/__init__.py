@@ -66,7 +66,7 @@ _export("vrr.stats.inference", "bootstrap_ci", "paired_bootstrap", "mcnemar_exac
         "policy_table")
 _export("vrr.stats.analysis", "loop_dynamics", "damage_statistics", "calibration_summary", "summarize_replay", "setting_statistics", "findings_markdown", "paired_comparisons")
 _export("vrr.common.jsonio", "read_json", "write_json")
-_export("vrr.chain", "setting_paths", "generate", "SettingPaths")
+_export("vrr.chain", "setting_paths", "generate", "calibration_record", "SettingPaths")
 _export("vrr.loop.config", "RunConfig", "run_config")
 _export("vrr.label.labeling", "relabel")
 

@@ -131,6 +131,19 @@ def generate(cfg: dict, paths: SettingPaths, n: int | None = None, seed: int | N
     return load_setting(paths.arrays)
 
 
+
+def calibration_record(cfg: dict, paths: SettingPaths, arrays: Setting, config) -> dict:
+    """03_calibrate's ``calibration.json``: the cross-fit calibration summary (``vrr.stats.analysis``), the loop
+    dynamics, the arrays it was fit on and, for a real run, the judge's readability (``vrr.report.status``)."""
+    from .report.status import run_readability
+    from .stats.analysis import calibration_summary, loop_dynamics
+
+    record = calibration_summary(arrays, config)
+    record.update({"loop_dynamics": loop_dynamics(arrays), "arrays_path": str(paths.arrays)})
+    if cfg["kind"] != "simulated":
+        record["judge_readability"] = run_readability(paths.data_dir)
+    return record
+
 def _set_args(overrides: dict[str, Any]) -> list[str]:
     return [a for k, v in overrides.items() for a in ("--set", f"{k}={json.dumps(v)}")]
 
