@@ -241,10 +241,9 @@ def algorithm1_fold_plan(setting: Setting, fit, check: dict | None, j_hat: float
     """Algorithm 1 as deployed on one calibration sample (the instances ``train`` and their ``fit``): the rates it
     decides with, the decision check behind them, the labeled replay of both modes and the mode.
 
-    Where the labeled probe can check the fit (``check``: the fold's calibration check with the label-free EM's and
-    the probe's rates; binomial likelihood), the decision check (``vrr.calibration.decision_check``: VRR-Stop's
-    commit rounds on the sample's vote trajectories under the label-free rates against the labeled ones) runs, and
-    where it rejects the labeled probe's rates are used. Both modes are then replayed on the sample's labeled
+    ``check`` is the fold's checks record (:func:`fold_check`); where its decision check
+    (``vrr.calibration.decision_check``) rejects, the labeled probe's rates decide (the checked calibration already
+    fit them; any other method's rates are replaced here, under the binomial likelihood). Both modes are then replayed on the sample's labeled
     trajectories with those rates (:func:`vrr.policies.mode.labeled_replay`) and the mode is
     :func:`vrr.policies.mode.algorithm1_mode`'s. Returns ``params`` (keyword arguments of ``rules.algorithm1``),
     ``decision_check``, ``replay``, ``labeled_rates``, ``mode`` and ``reason``."""
