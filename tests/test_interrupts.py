@@ -184,7 +184,8 @@ def test_a_signal_at_a_random_moment_of_a_sandboxed_generation_leaves_nothing(tm
     os.kill(pid, sig)
     proc.wait(timeout=PATIENCE)
     _assert_nothing_left(run)
-    assert _lock_is_free(tmp_path / "sig" / "generate.lock")
+    lock = tmp_path / "sig" / "generate.lock"
+    _wait_for(lambda: _lock_is_free(lock), f"{lock} is still held")
 
 
 @pytest.mark.parametrize("attempt", range(3))
@@ -205,7 +206,7 @@ def test_a_supervisor_killed_while_its_worker_starts_takes_the_worker_along(tmp_
     proc.wait()
     assert_no_survivor(run, within=PATIENCE)
     lock = tmp_path / "sig" / "generate.lock"
-    assert not lock.exists() or _lock_is_free(lock)
+    _wait_for(lambda: not lock.exists() or _lock_is_free(lock), f"{lock} is still held")
 
 
 # --------------------------------------------------------------------------- the run lock and the runner's start

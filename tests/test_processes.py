@@ -18,6 +18,19 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _live_thread_state(proc_dir: Path) -> str | None:
+    """The state of a thread of the process that is not yet a zombie, if any: the kernel shows the leader
+    as ``Z`` once it exited, while the other threads (and the open files they share) may still be live."""
+    try:
+        for task in (proc_dir / "task").iterdir():
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            if state not in ("Z", "X"):
+                return state
+    except OSError:
+        pass
+    return None
+
+
 def _proc_table() -> dict[int, dict]:
     """pid -> ppid, pgid, start time, state, marker environment and command line of every live process."""
     table = {}
@@ -31,6 +44,8 @@ def _proc_table() -> dict[int, dict]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] == "Z":   # a zombie leader whose other threads still exit still holds the process's files
+            fields[0] = _live_thread_state(d) or "Z"
         table[int(d.name)] = {"state": fields[0], "ppid": int(fields[1]), "pgid": int(fields[2]),
                               "start": int(fields[19]), "env": env, "cmdline": cmdline}
     return table
