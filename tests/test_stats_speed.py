@@ -244,6 +244,8 @@ def test_exact_mcnemar_is_statsmodels_bit_for_bit(n, seed, agree):
     ("labeled_mle", "first", "beta_binomial"),
     ("semisupervised_checked", "first", "binomial"),
     ("semisupervised_checked", "first", "beta_binomial"),
+    ("ppi", "first", "binomial"),
+    ("ppi", "all", "binomial"),
 ])
 def test_the_folds_draws_in_one_batch_are_each_folds_draws_alone(method, vote_rounds, likelihood):
     """parameter_draws_folds (every fold's refits in one batch) against parameter_draws of each fold alone, bit for

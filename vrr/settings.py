@@ -62,19 +62,20 @@ BACKENDS = ("auto", "vllm", "vllm-cpu", "fake", "openai")
 OPENAI_N_MODES = ("auto", "native", "separate")      # how M votes go to a server (vrr.loop.engine.openai_backend)
 OPENAI_PREFILL_MODES = ("vllm", "implicit", "none")  # how a prefilled assistant reply is continued there
 CALIBRATION_METHODS = ("binomial_em", "mom", "labeled_mle", "beta_binomial_em", "semisupervised_em",
-                       "semisupervised_checked")
+                       "semisupervised_checked", "ppi")
 # The methods that read the labeled probe besides the window's votes. Left out (null), a setting
-# with a probe gets DEFAULT_CALIBRATION_METHOD: the probe's labeled plans with the window's unlabeled votes, pooled
-# where the calibration check passes (docs/integrity.md); a setting without one the paper's label-free EM.
-PROBE_CALIBRATION_METHODS = ("semisupervised_em", "semisupervised_checked")
-DEFAULT_CALIBRATION_METHOD = "semisupervised_checked"
+# with a probe gets DEFAULT_CALIBRATION_METHOD: PPI++ (vrr.calibration.ppi), the probe's labels correcting the
+# label-free EM's prediction on the window's votes, chosen by the calibration ablation (docs/algorithm1.md); a
+# setting without one the paper's label-free EM.
+PROBE_CALIBRATION_METHODS = ("semisupervised_em", "semisupervised_checked", "ppi")
+DEFAULT_CALIBRATION_METHOD = "ppi"
 NO_PROBE_CALIBRATION_METHOD = "binomial_em"
 VOTE_ROUNDS = ("first", "all", "probe")
 # The vote likelihood of Eq. 5: the paper's binomial (votes independent given the plan's validity), or
 # beta_binomial (exchangeable votes: each plan draws its own acceptance rate, so its votes are correlated).
 CALIBRATION_LIKELIHOODS = ("binomial", "beta_binomial")
 # Methods without an exchangeable-vote estimator (vrr.calibration.correlated).
-BINOMIAL_ONLY_METHODS = ("mom",)
+BINOMIAL_ONLY_METHODS = ("mom", "ppi")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 DOTTED_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 # Upper bounds of a setting's sizes; they are also the data contract's (``vrr.data.contract``: votes

@@ -12,8 +12,12 @@ Vote-noise estimators (rho0, rho1) from acceptance counts S of M votes:
   * ``semisupervised_checked`` the semi-supervised EM where the calibration check (``vrr.calibration.check``)
                               finds the label-free EM in agreement with the probe's labels, the probe's labeled
                               MLE alone where it rejects: there the unlabeled votes do not follow the binomial
-                              mixture, and pooling them pulls the rates away from the labels.
-Each of these but ``mom`` has an exchangeable-vote (beta-binomial) counterpart for Eq. 5 with correlated votes
+                              mixture, and pooling them pulls the rates away from the labels (the decision
+                              check, ``vrr.calibration.decision_check``, decides);
+  * ``ppi``                   PPI++ (``vrr.calibration.ppi``): the label-free EM's posterior predicts the rates
+                              on the window's votes and the labeled probe corrects the prediction; the default
+                              where a window has a labeled probe (``vrr.settings.DEFAULT_CALIBRATION_METHOD``).
+Each of these but ``mom`` and ``ppi`` has an exchangeable-vote (beta-binomial) counterpart for Eq. 5 with correlated votes
 (``likelihood="beta_binomial"``; ``vrr.calibration.correlated``), which also fits the intra-plan vote
 correlations phi0, phi1.
 Repair transitions (alpha, beta) are frequencies on labeled first-round before/after pairs
@@ -92,7 +96,7 @@ class Calibration:
     n_pi: int
     M: int
     rules: dict = field(default_factory=dict)
-    check: dict | None = None     # the calibration check behind ``semisupervised_checked`` (CalibrationCheck.as_dict)
+    check: dict | None = None     # the decision check of ``semisupervised_checked`` and ``ppi`` (decision_check)
     likelihood: str = "binomial"  # Eq. 5's vote likelihood (vrr.settings.CALIBRATION_LIKELIHOODS)
     phi0: float | None = None     # intra-plan vote correlation of invalid / valid plans (likelihood beta_binomial)
     phi1: float | None = None
@@ -299,10 +303,15 @@ def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
     alpha, alpha_rule = defined_rate(trans.n_fixed, trans.n_invalid_before, unsafe=())
     beta, beta_rule = defined_rate(trans.n_broken, trans.n_valid_before, unsafe=(0.0,))
     pi, pi_rule = defined_rate(n_pi_valid, n_pi, unsafe=(0.0, 1.0))
-    if method == "semisupervised_checked" and votes is None:
-        # the decision check (vrr.calibration.decision_check) chooses: the semi-supervised fit where the label-free
-        # rates leave VRR-Stop's decisions on the sample's trajectories as the labels would, the probe's labels alone
-        # where they give up more than 2 pp; the Wald check is kept as a diagnostic
+    if method == "ppi" and likelihood != "binomial":
+        raise ValueError("ppi: the PPI++ rates are those of Eq. 5's binomial likelihood; under 'beta_binomial' choose "
+                         "one of " + ", ".join(m for m in VOTE_METHODS if m not in BINOMIAL_ONLY_METHODS))
+    if method in ("semisupervised_checked", "ppi") and votes is None:
+        # the decision check (vrr.calibration.decision_check): under semisupervised_checked it chooses, the
+        # semi-supervised fit where the label-free rates leave VRR-Stop's decisions on the sample's trajectories as
+        # the labels would, the probe's labels alone where they give up more than 2 pp; under ppi (whose rates the
+        # labels already anchor) it is the record of whether the label-free EM could have been trusted. The Wald
+        # check is kept as a diagnostic in both.
         from .decision_check import checked_record
 
         wald = calibration_check(vS, vM, *labeled, level=options.check_level, n_boot=options.check_replicates,
@@ -314,9 +323,14 @@ def calibrate(S, y, M: int, method: str = "binomial_em", seed: int = 0,
                      "check": "wald"}
         elif options.check_rule != "decision":
             raise ValueError(f"calibrate: check_rule must be 'decision' or 'wald', got {options.check_rule!r}")
-        votes = (fit_vote_noise("semisupervised_em", vS, vM, seed=seed, options=options, labeled=labeled,
-                                likelihood=likelihood) if check["passed"] else
-                 fit_vote_noise("labeled_mle", labeled[0], labeled[2], y=labeled[1], likelihood=likelihood))
+        if method == "ppi":
+            from .ppi import ppi_vote_fit
+
+            votes = ppi_vote_fit(vS, vM, *labeled, fit_vote_noise("binomial_em", vS, vM, seed=seed, options=options))
+        else:
+            votes = (fit_vote_noise("semisupervised_em", vS, vM, seed=seed, options=options, labeled=labeled,
+                                    likelihood=likelihood) if check["passed"] else
+                     fit_vote_noise("labeled_mle", labeled[0], labeled[2], y=labeled[1], likelihood=likelihood))
     if votes is None:  # (a bootstrap passes the vote-noise fits it computed for many samples at once)
         votes = fit_vote_noise(method, vS, vM, y=vy, seed=seed, options=options, labeled=labeled,
                                likelihood=likelihood)

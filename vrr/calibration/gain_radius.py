@@ -53,7 +53,8 @@ def parameter_draws(S, y, M: int, n_boot: int = RADIUS_REPLICATES, seed: int = 0
 
     Calibration instances are resampled whole (their votes and labels together); with a method that reads the
     probe, the probe's plans are resampled within each class. alpha, beta and pi are then drawn from their
-    Jeffreys posteriors instead (:func:`jeffreys_draws`). ``semisupervised_checked`` keeps the branch its
+    Jeffreys posteriors instead (:func:`jeffreys_draws`). ``ppi`` refits its predictor (the label-free EM) and
+    its correction on every resample, PPI++'s intervals as a bootstrap. ``semisupervised_checked`` keeps the branch its
     point fit's check chose (``point``: that fit; refit when not given): the draws measure the estimation error
     of the estimator that was deployed, not the check's. ``likelihood="beta_binomial"``: the exchangeable-vote
     estimators (``vrr.calibration.correlated``), refit from the point fit, and phi0, phi1 are drawn too."""
@@ -136,6 +137,12 @@ def _draw_plan(S, y, M, n_boot, seed, method, vote_rounds, max_pairs, options, p
     elif fit_as == "binomial_em" and vote_rounds == "first":
         plan["job"] = ("em", (M, options.em_restarts, options.em_tol, options.em_max_iter),
                        vote_histograms([S[idx, 0] for idx in reps], M), [seed] * n_boot)
+    elif fit_as == "ppi":
+        # PPI++'s own bootstrap: each resample refits the label-free EM (the predictor) on its window plans and
+        # corrects it with its probe resample (vrr.calibration.ppi); no check runs per resample
+        plan["job"] = ("em", (M, options.em_restarts, options.em_tol, options.em_max_iter),
+                       vote_histograms([_vote_sample(S, idx, vote_rounds) for idx in reps], M), [seed] * n_boot)
+        plan["ppi"] = vote_rounds
     elif fit_as == "semisupervised_em" and vote_rounds == "first":
         from .semisupervised import labeled_vote_stats
 
@@ -185,6 +192,19 @@ def _run_fits(plans: list) -> None:
             fits = refit_many(key[0], points, samples, vM, labeled_samples=labeled, M_l=M_l, phi_cap=phi_cap)
         for i, lo, hi in zip(members, np.cumsum([0] + sizes[:-1]), np.cumsum(sizes)):
             plans[i]["votes"] = fits[lo:hi]
+    for plan in plans:
+        if plan.get("ppi"):
+            from .ppi import ppi_vote_fit
+
+            probe_S, probe_y, probe_M = plan["probe"]
+            plan["votes"] = [ppi_vote_fit(_vote_sample(plan["S"], idx, plan["ppi"]), plan["M"], probe_S[p],
+                                          probe_y[p], probe_M, em)
+                             for idx, p, em in zip(plan["reps"], plan["probe_reps"], plan["votes"])]
+
+
+def _vote_sample(S, idx, vote_rounds: str) -> np.ndarray:
+    """The vote counts a resample's vote-noise fit reads: its first plans' (``first``) or all its plans'."""
+    return S[idx, 0] if vote_rounds == "first" else S[idx].ravel()
 
 
 def _finish_draws(plan: dict) -> dict[str, np.ndarray]:

@@ -111,8 +111,8 @@ def bootstrap_intervals_each(samples, M: int, eta: float = 0.05, n_boot: int = B
         replicates.append([rng.integers(0, n, n) for _ in range(n_boot)])
     point_votes = [None] * len(samples)
     boot_votes = [[None] * n_boot for _ in samples]
-    if calibrate_kwargs.get("method", "binomial_em") == "binomial_em" and \
-            calibrate_kwargs.get("vote_rounds", "first") == "first":
+    method = calibrate_kwargs.get("method", "binomial_em")
+    if method in ("binomial_em", "ppi") and calibrate_kwargs.get("vote_rounds", "first") == "first":
         # every EM at once (point fits and replicates of all samples): the fits are the same as one by one
         point_hists = vote_histograms([S[:, 0] for S, _, _ in samples], M)
         boot_hists = [np.stack([np.bincount(S[idx, 0], minlength=M + 1) for idx in reps]).astype(float)
@@ -128,6 +128,14 @@ def bootstrap_intervals_each(samples, M: int, eta: float = 0.05, n_boot: int = B
             rows = slice(i * n_boot, (i + 1) * n_boot)
             boot_votes[i] = [VoteNoiseFit(float(a), float(b), float(c), method="binomial_em")
                              for a, b, c in zip(rho0[rows], rho1[rows], w[rows])]
+        if method == "ppi":   # the EM fits are PPI++'s predictors; the probe's labels correct each
+            from .ppi import ppi_vote_fit
+
+            probe = (np.asarray(calibrate_kwargs["probe_S"]), np.asarray(calibrate_kwargs["probe_y"]),
+                     int(calibrate_kwargs["probe_M"]))
+            point_votes = [ppi_vote_fit(S[:, 0], M, *probe, em) for (S, _, _), em in zip(samples, point_votes)]
+            boot_votes = [[ppi_vote_fit(S[idx, 0], M, *probe, em) for idx, em in zip(reps, votes)]
+                          for (S, _, _), reps, votes in zip(samples, replicates, boot_votes)]
     return [_bootstrap_box(S, y, M, seed, eta, reps, point, votes, **calibrate_kwargs)
             for (S, y, seed), reps, point, votes in zip(samples, replicates, point_votes, boot_votes)]
 

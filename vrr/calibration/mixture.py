@@ -21,7 +21,7 @@ from ..core.model import youden_j
 # (Teicher 1963: 2 components need 2k - 1 = 3 trials); the capped beta-binomial mixture has five
 # parameters, so it needs at least five vote cells.
 MIN_VOTES = {"binomial_em": 3, "mom": 3, "beta_binomial_em": 5, "labeled_mle": 1, "semisupervised_em": 1,
-             "semisupervised_checked": 3}
+             "semisupervised_checked": 3, "ppi": 3}
 
 
 def _require_votes(method: str, M: int) -> None:

@@ -116,21 +116,11 @@ def ppi_rates(S_unlabeled, M: int, probe_S, probe_y, probe_M: int, em: tuple[flo
     return PPIFit(rho0, rho1, tuple(float(v) for v in lam), int(S_p.size), int(S_u.size))
 
 
-def ppi_crossfit(label_free, S, M: int, probe_S, probe_y, probe_M: int):
-    """The cross-fit calibration with each fold's (rho0, rho1) from :func:`ppi_rates`: ``label_free`` the cross-fit
-    of the paper's label-free EM (``binomial_em`` on round-0 votes), whose folds, alpha, beta, pi and EM posterior
-    each fold keeps; the window's unlabeled plans are the fold's training instances' first plans."""
-    from dataclasses import replace
-
-    from .estimators import CrossFit
+def ppi_vote_fit(S_unlabeled, M: int, probe_S, probe_y, probe_M: int, em) -> "VoteNoiseFit":  # noqa: F821
+    """The vote-noise fit of calibration method ``ppi`` (the default where a window has a labeled probe): the PPI++
+    (rho0, rho1) of :func:`ppi_rates`, with ``em`` (a label-free ``binomial_em`` fit to ``S_unlabeled``) as the
+    predictor and its weight of valid plans kept."""
     from .mixture import VoteNoiseFit
 
-    fits = []
-    for f, fit in enumerate(label_free.fits):
-        em = fit.votes
-        rates = ppi_rates(np.asarray(S)[label_free.folds != f, 0], M, probe_S, probe_y, probe_M,
-                          (em.rho0, em.rho1, em.weight_valid))
-        votes = VoteNoiseFit(rates.rho0, rates.rho1, em.weight_valid, method="ppi")
-        fits.append(replace(fit, params=replace(fit.params, rho0=rates.rho0, rho1=rates.rho1), votes=votes,
-                            rules={**fit.rules, "rho0": "ppi", "rho1": "ppi"}))
-    return CrossFit(folds=label_free.folds, fits=fits)
+    rates = ppi_rates(S_unlabeled, M, probe_S, probe_y, probe_M, (em.rho0, em.rho1, em.weight_valid))
+    return VoteNoiseFit(rates.rho0, rates.rho1, em.weight_valid, method="ppi")

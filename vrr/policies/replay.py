@@ -172,8 +172,8 @@ def fold_check(setting: Setting, cf: CrossFit, fold: int | None, config: ReplayC
     """The calibration checks of one fold's calibration sample (``fold=None``: all instances, ``fit`` their
     calibration): the label-free EM on its training instances' round-0 votes against the labeled probe, as the
     decision check (``vrr.calibration.decision_check.checked_record``, its verdict) with the Wald check
-    (``vrr.calibration.check``) as a diagnostic. The check the fold's fit already ran (``semisupervised_checked``)
-    is reused. None where there is nothing to check against (no labeled probe) or the label-free EM is not
+    (``vrr.calibration.check``) as a diagnostic. The check the fold's fit already ran (``semisupervised_checked``,
+    ``ppi``) is reused. None where there is nothing to check against (no labeled probe) or the label-free EM is not
     identifiable (M < 3)."""
     if fold is not None and cf.fits[fold].check is not None:
         return cf.fits[fold].check
@@ -255,8 +255,9 @@ def algorithm1_fold_plan(setting: Setting, fit, check: dict | None, j_hat: float
     decision = None if check is None else check.get("decision")
     if decision is not None and not decision["passed"]:
         labeled = True
-        if config.method != "semisupervised_checked" and config.likelihood == "binomial":
-            # the checked calibration already fit the labels where it rejects; any other switches here
+        if config.method not in ("semisupervised_checked", "ppi") and config.likelihood == "binomial":
+            # the checked calibration already fit the labels where it rejects, and PPI++'s rates are anchored to
+            # them; any other switches here
             params.update(rho0=float(check["rho0_labeled"]), rho1=float(check["rho1_labeled"]))
     replayed = labeled_replay(S, y, M, params, config.delta, config.tau)
     mode, reason = algorithm1_mode(j_hat, config.j_min, decision, replay=replayed, labeled_rates=labeled)

@@ -6,8 +6,9 @@ Rows: calibration x likelihood.
 
 * calibration: the label-free EM (``binomial_em`` on the window's round-0 votes, the paper's; under the
   beta-binomial likelihood the capped beta-binomial mixture), the labeled probe (``labeled_mle`` on the probe,
-  ``vote_rounds="probe"``), and the semi-supervised fit as the real windows run it (``semisupervised_checked``:
-  the probe pooled with the window's votes where the calibration check passes, the probe alone where it rejects);
+  ``vote_rounds="probe"``), the semi-supervised fit (``semisupervised_checked``: the probe pooled with the
+  window's votes where the decision check passes, the probe alone where it rejects; and the same chosen by the
+  Wald check), and PPI++ (``ppi``, the probe correcting the label-free EM's prediction), the real windows' default;
 * likelihood: Eq. 5's ``binomial`` (votes independent given validity) or ``beta_binomial`` (exchangeable votes,
   phi0, phi1 fit with the rates; ``vrr.calibration.correlated``).
 
@@ -45,8 +46,9 @@ from ..settings import CALIBRATION_LIKELIHOODS as LIKELIHOODS, calibration_probl
 from .inference import N_RESAMPLES, paired_bootstrap
 
 ABLATION_FILE = "calibration_ablation.json"   # results/<setting>/, written by 05_stats
-# (row name, method, vote rounds); "ppi" is the PPI++ rates (vrr.calibration.ppi) on the label-free EM's folds, and
-# the Wald-checked row is the semi-supervised fit chosen by the Wald check instead of the decision check
+# (row name, method, vote rounds); "ppi" is the PPI++ rates (vrr.calibration.ppi), the default where a window has a
+# labeled probe, and the Wald-checked row is the semi-supervised fit chosen by the Wald check instead of the decision
+# check
 CALIBRATIONS = (("label-free EM", "binomial_em", "first"),
                 ("labeled probe", "labeled_mle", "probe"),
                 ("semi-supervised (checked)", "semisupervised_checked", "first"),
@@ -65,19 +67,13 @@ _LABEL_FREE_ESTIMATOR = {"binomial": "binomial_em", "beta_binomial": "beta_binom
 def not_applicable(setting: Setting, verifier_kind: str, method: str, likelihood: str, vote_rounds: str) -> str | None:
     """Why a calibration row does not apply to ``setting`` (None: it applies): the settings' rule
     (``vrr.settings.calibration_problem``), then the estimator's minimum number of votes per plan."""
-    if method == "ppi":   # the label-free EM's posterior and the labeled probe, under Eq. 5's binomial
-        if likelihood != "binomial":
-            return "PPI++ rates are fit for the binomial likelihood"
-        if setting.probe_S is None or setting.probe_y is None:
-            return "no labeled probe"
-        if setting.probe_M < setting.M:
-            return f"the probe's {setting.probe_M} votes per plan cannot be thinned to the window's {setting.M}"
-        method = "binomial_em"
     problem = calibration_problem(method, likelihood, vote_rounds, verifier_kind, has_probe=setting.probe_S is not None,
                                   probe_labeled=setting.probe_y is not None)
     if problem is not None:
         return problem.reason
-    if method in ("binomial_em", "semisupervised_checked"):   # the label-free mixture, or the check's
+    if method == "ppi" and setting.probe_M < setting.M:
+        return f"the probe's {setting.probe_M} votes per plan cannot be thinned to the window's {setting.M}"
+    if method in ("binomial_em", "semisupervised_checked", "ppi"):   # the label-free mixture, or the check's
         estimator = _LABEL_FREE_ESTIMATOR[likelihood] if method == "binomial_em" else method
         need = MIN_VOTES[estimator]
         if setting.M < need:
@@ -177,13 +173,7 @@ def setting_calibration_ablation(setting: Setting, config: ReplayConfig, verifie
                 cfg = replace(config, method=method, vote_rounds=vote_rounds, likelihood=likelihood)
                 if label == WALD_CHECKED:
                     cfg = replace(cfg, estimator=replace(cfg.estimator, check_rule="wald"))
-                if method == "ppi":
-                    from ..calibration.ppi import ppi_crossfit
-
-                    em, checks = fit_with_checks(setting, replace(cfg, method="binomial_em"), checks)
-                    cf = ppi_crossfit(em, setting.S, setting.M, setting.probe_S, setting.probe_y, setting.probe_M)
-                else:
-                    cf, checks = fit_with_checks(setting, cfg, checks)
+                cf, checks = fit_with_checks(setting, cfg, checks)
                 row.update(applies=True, reason="", **ablation_row(setting, cfg, n_resamples, seed, calibration=cf))
             else:
                 row.update(applies=False, reason=reason)
