@@ -153,6 +153,9 @@ def test_ppi_refuses_what_it_cannot_thin_or_estimate():
         ppi_rates(st.S[:, 0], 8, st.probe_S, st.probe_y, 4, (0.3, 0.15, 0.5))
     with pytest.raises(ValueError, match="each class"):
         ppi_rates(st.S[:, 0], 8, st.probe_S[:3], np.ones(3, int), 16, (0.3, 0.15, 0.5))
+    with pytest.raises(ValueError, match="outside 0..16"):
+        ppi_rates(st.S[:, 0], 8, np.where(np.arange(st.probe_S.size) == 0, 17, st.probe_S), st.probe_y, 16,
+                  (0.3, 0.15, 0.5))
 
 
 # ------------------------------------------------------------------ the committed tables

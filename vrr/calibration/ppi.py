@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy import stats
@@ -51,6 +52,15 @@ def em_posterior(M: int, rho0: float, rho1: float, weight_valid: float) -> np.nd
     lv = np.log(weight_valid) + stats.binom.logpmf(s, M, 1.0 - rho1)
     li = np.log1p(-weight_valid) + stats.binom.logpmf(s, M, rho0)
     return np.exp(lv - np.logaddexp(lv, li))
+
+
+@lru_cache(maxsize=16)
+def _thinning(M: int, probe_M: int) -> np.ndarray:
+    """P(m of M votes drawn without replacement from probe_M accept | s accepts), [probe_M + 1, M + 1]
+    (hypergeometric); read-only, shared by every call with the same vote counts."""
+    thin = stats.hypergeom.pmf(np.arange(M + 1)[None, :], probe_M, np.arange(probe_M + 1)[:, None], M)
+    thin.setflags(write=False)
+    return thin
 
 
 def _predictions(r: np.ndarray, M: int) -> np.ndarray:
@@ -97,16 +107,20 @@ def ppi_rates(S_unlabeled, M: int, probe_S, probe_y, probe_M: int, em: tuple[flo
         raise ValueError("ppi_rates: probe_S and probe_y must pair up, with labels 0 or 1")
     if probe_M < M:
         raise ValueError(f"ppi_rates: the probe's {probe_M} votes cannot be thinned to the window's {M}")
+    if S_p.size and (S_p.min() < 0 or S_p.max() > probe_M):
+        raise ValueError(f"ppi_rates: a probe count lies outside 0..{probe_M} (the probe's votes per plan)")
     if min(int(y_p.sum()), int((1 - y_p).sum())) < 2:
         raise ValueError("ppi_rates: the probe needs >= 2 labeled plans of each class")
     r = em_posterior(M, *em)
     pred = _predictions(r, M)                                     # [M+1, 4] for an M-vote count
-    thin = stats.hypergeom.pmf(np.arange(M + 1)[None, :], probe_M, np.arange(probe_M + 1)[:, None], M)
+    thin = _thinning(M, int(probe_M))
     pred_probe = np.stack([np.sum(thin * pred[:, j][None, :], axis=1) for j in range(4)], axis=1)  # no BLAS
-    # the labeled cells: (class, probe count) with their numbers of plans; the unlabeled cells: the window's counts
-    cells = np.stack([y_p, S_p], axis=1)
-    keys, w_lab = np.unique(cells, axis=0, return_counts=True)
-    cls, cnt = keys[:, 0].astype(float), keys[:, 1]
+    # the labeled cells: (class, probe count) with their numbers of plans, in (class, count) order; the unlabeled
+    # cells: the window's counts
+    per_cell = np.bincount(y_p.astype(np.int64) * (probe_M + 1) + S_p, minlength=2 * (probe_M + 1))
+    keys = np.flatnonzero(per_cell)
+    w_lab = per_cell[keys]
+    cls, cnt = (keys // (probe_M + 1)).astype(float), keys % (probe_M + 1)
     frac = cnt / probe_M
     labels = np.stack([cls, cls * (1 - frac), 1 - cls, (1 - cls) * frac], axis=1)
     w_unl = np.bincount(S_u, minlength=M + 1).astype(float)
