@@ -106,7 +106,8 @@ def test_a_process_killed_while_its_sandbox_runs_leaves_nothing(sig):
 def test_the_next_run_removes_what_a_killed_owner_left_and_says_so(tmp_path):
     """What the guard would remove, left as if the guard were killed too: a cgroup holding a live process and a
     host folder, named for an owner that has exited. The next process's first run kills and removes them and
-    says so on stderr; a live owner's are untouched."""
+    says so on stderr; a live owner's are untouched. (The cgroup's process is killed and the cgroup removed by
+    whichever process sweeps first, this run or a concurrent one.)"""
     gone = subprocess.Popen(["true"])
     start = int(Path(f"/proc/{gone.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
     gone.wait()
@@ -123,13 +124,17 @@ def test_the_next_run_removes_what_a_killed_owner_left_and_says_so(tmp_path):
                 Path(parent, name).mkdir()
                 made.append(Path(parent, name))
             Path(parent, stale_name, "cgroup.procs").write_text(str(sleeper.pid))
-        folder = Path(tempfile.gettempdir(), stale_name + "-abc")
+        # the host folder in a temporary directory of its own: every process's first run sweeps dead owners'
+        # leftovers, so a concurrent test may take the shared cgroups first, but only this run sees this folder
+        own_tmp = tmp_path / "tmp"
+        own_tmp.mkdir()
+        folder = own_tmp / (stale_name + "-abc")
         folder.mkdir()
         (folder / "stdout").write_text("left")
         r = subprocess.run([sys.executable, "-c", "from vrr.loop.sandbox import run_python\n"
                             "print(run_python('print(1)', timeout=600, cpu_limit=5).stdout, end='')"],
-                           cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
-                           timeout=PATIENCE)
+                           cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO), TMPDIR=str(own_tmp)),
+                           capture_output=True, text=True, timeout=PATIENCE)
         assert r.returncode == 0 and r.stdout == "1\n", r.stderr
         assert f"left by process {gone.pid}" in r.stderr and "killed" in r.stderr
         assert sleeper.wait(timeout=PATIENCE) == -signal.SIGKILL

@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import stats
+
+from ..common import fpmath
+from .mixture import _binom_logpmf_table
 
 
 @dataclass(frozen=True)
@@ -47,18 +49,20 @@ class PPIFit:
 
 def em_posterior(M: int, rho0: float, rho1: float, weight_valid: float) -> np.ndarray:
     """r(s) = P(valid | s accepts of M) under the binomial mixture w Bin(M, 1 - rho1) + (1 - w) Bin(M, rho0)
-    (Eq. 5 with prior w), for s = 0..M."""
-    s = np.arange(M + 1)
-    lv = np.log(weight_valid) + stats.binom.logpmf(s, M, 1.0 - rho1)
-    li = np.log1p(-weight_valid) + stats.binom.logpmf(s, M, rho0)
-    return np.exp(lv - np.logaddexp(lv, li))
+    (Eq. 5 with prior w), for s = 0..M; exp and log through ``vrr.common.fpmath`` (the same bits on every CPU)."""
+    with np.errstate(divide="ignore"):
+        lv = fpmath.log(weight_valid) + _binom_logpmf_table(M, 1.0 - rho1)
+        li = fpmath.log1p(-weight_valid) + _binom_logpmf_table(M, rho0)
+    return fpmath.exp(lv - np.logaddexp(lv, li))
 
 
 @lru_cache(maxsize=16)
 def _thinning(M: int, probe_M: int) -> np.ndarray:
     """P(m of M votes drawn without replacement from probe_M accept | s accepts), [probe_M + 1, M + 1]
     (hypergeometric); read-only, shared by every call with the same vote counts."""
-    thin = stats.hypergeom.pmf(np.arange(M + 1)[None, :], probe_M, np.arange(probe_M + 1)[:, None], M)
+    total = math.comb(probe_M, M)   # exact integer counts: the same float on every CPU
+    thin = np.array([[math.comb(s, m) * math.comb(probe_M - s, M - m) / total for m in range(M + 1)]
+                     for s in range(probe_M + 1)])
     thin.setflags(write=False)
     return thin
 
