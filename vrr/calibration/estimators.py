@@ -17,9 +17,9 @@ Vote-noise estimators (rho0, rho1) from acceptance counts S of M votes:
   * ``ppi``                   PPI++ (``vrr.calibration.ppi``): the label-free EM's posterior predicts the rates
                               on the window's votes and the labeled probe corrects the prediction; the default
                               where a window has a labeled probe (``vrr.settings.DEFAULT_CALIBRATION_METHOD``).
-Each of these but ``mom`` and ``ppi`` has an exchangeable-vote (beta-binomial) counterpart for Eq. 5 with correlated votes
-(``likelihood="beta_binomial"``; ``vrr.calibration.correlated``), which also fits the intra-plan vote
-correlations phi0, phi1.
+Each of these but ``mom`` and ``ppi`` has an exchangeable-vote (beta-binomial) counterpart for Eq. 5 with
+correlated votes (``likelihood="beta_binomial"``; ``vrr.calibration.correlated``), which also fits the
+intra-plan vote correlations phi0, phi1.
 Repair transitions (alpha, beta) are frequencies on labeled first-round before/after pairs
 (at most 300), and the prior pi is the validity rate of initial plans. ``crossfit`` fits all of
 them on four folds and applies them to the fifth, so no decision touches its own label.

@@ -15,7 +15,8 @@ The mode is chosen once per calibration, from the strongest evidence the calibra
 A J-hat that cannot be computed (a class absent from the labeled sample) gives Guard. The calibration checks
 (``vrr.calibration.decision_check``, and the Wald check as a diagnostic) choose the rates, not the mode: a
 rejection sends the decisions to the labeled rates (``vrr.calibration.estimators``, ``semisupervised_checked``;
-:func:`vrr.policies.replay.algorithm1_fold_plan`); under ``ppi``, the default, the labels anchor the rates already. The reason names what decided.
+:func:`vrr.policies.replay.algorithm1_fold_plan`); under ``ppi``, the default, the labels anchor the rates
+already. The reason names what decided.
 """
 from __future__ import annotations
 
