@@ -245,8 +245,8 @@ def algorithm1_fold_plan(setting: Setting, fit, check: dict | None, j_hat: float
     (``vrr.calibration.decision_check``) rejects, the labeled probe's rates decide (the checked calibration already
     fit them; any other method's rates are replaced here, under the binomial likelihood). Both modes are then
     replayed on the sample's labeled trajectories with those rates (:func:`vrr.policies.mode.labeled_replay`),
-    and the mode is :func:`vrr.policies.mode.algorithm1_mode`'s. Returns ``params`` (keyword arguments of ``rules.algorithm1``),
-    ``decision_check``, ``replay``, ``labeled_rates``, ``mode`` and ``reason``."""
+    and the mode is :func:`vrr.policies.mode.algorithm1_mode`'s. Returns ``params`` (keyword arguments of
+    ``rules.algorithm1``), ``decision_check``, ``replay``, ``labeled_rates``, ``mode`` and ``reason``."""
     S, y, M = setting.S[train], setting.y[train], setting.M
     names = ("rho0", "rho1", "alpha", "beta", "pi") + (("phi0", "phi1") if config.likelihood != "binomial" else ())
     fitted = fit.as_kwargs()
