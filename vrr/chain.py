@@ -289,6 +289,54 @@ def _import_papermill():
     return papermill
 
 
+SHARED_CLIENT_ENGINE = "vrr-shared-client"
+
+
+def _register_shared_client_engine(papermill) -> dict:
+    """Register a papermill engine whose notebooks share one kernel client; returns its holder
+    (``{"client": None}``, filled by the first notebook).
+
+    papermill's engine starts a new client per notebook, and every new client waits for the kernel's readiness
+    (jupyter_client's ``wait_for_ready`` sits at least 0.2 s on IOPub), once per notebook; a setting's five
+    notebooks and their resets paid it nine times. Here the first notebook's client is kept and the next
+    notebook gets it after :data:`RESET_KERNEL` (sent through it, so the client's sockets stay in the one
+    event-loop context nbclient uses them from)."""
+    from nbclient.util import ensure_async, run_sync
+    from papermill.clientwrap import PapermillNotebookClient
+    from papermill.engines import NBClientEngine, papermill_engines
+    from papermill.log import logger
+
+    holder: dict[str, Any] = {"client": None}
+
+    class SharedClientNotebookClient(PapermillNotebookClient):
+        async def async_start_new_kernel_client(self):
+            if holder["client"] is None:
+                holder["client"] = await super().async_start_new_kernel_client()
+                return holder["client"]
+            self.kc = holder["client"]
+            msg_id = await ensure_async(self.kc.execute(RESET_KERNEL, silent=True, store_history=False))
+            reply = await self.async_wait_for_reply(msg_id)
+            if reply is None or reply["content"]["status"] != "ok":
+                raise RuntimeError(f"could not reset the kernel: {reply and reply['content']}")
+            return self.kc
+
+        start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
+    class SharedClientEngine(NBClientEngine):
+        @classmethod
+        def execute_managed_notebook(cls, nb_man, kernel_name, log_output=False, stdout_file=None,
+                                     stderr_file=None, start_timeout=60, execution_timeout=None, **kwargs):
+            # NBClientEngine.execute_managed_notebook with the client class above
+            kwargs = {k: v for k, v in kwargs.items() if k not in ("input_path", "timeout", "startup_timeout")}
+            return SharedClientNotebookClient(
+                nb_man, **kwargs, timeout=execution_timeout, startup_timeout=start_timeout, kernel_name=kernel_name,
+                log=logger, log_output=log_output, stdout_file=stdout_file,
+                stderr_file=stderr_file).execute()
+
+    papermill_engines.register(SHARED_CLIENT_ENGINE, SharedClientEngine)
+    return holder
+
+
 @dataclass(frozen=True)
 class NotebookRun:
     """One notebook to execute: its source, where the executed copy goes, and its papermill parameters."""
@@ -402,6 +450,7 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
               flush=True)
         return 130
     papermill = _import_papermill()
+    shared = _register_shared_client_engine(papermill)
     from jupyter_client.manager import KernelManager
 
     # One BLAS thread per kernel: make runs several settings at once, and extra OpenBLAS threads only spin.
@@ -430,22 +479,24 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
         # Runs in a worker thread: nbclient's own SIGTERM handler (installed only from the main thread)
         # would shut the kernel down gracefully and let the notebook go on; ours stops the run at once.
         try:
-            for i, run in enumerate(runs):
+            for run in runs:
                 state["current"] = run
-                if i:
-                    _reset_kernel(km, run)
                 print(f"[papermill] {run.notebook.name} -> {run.output}", flush=True)
                 if started_log:
                     with open(started_log, "a") as fh:
                         fh.write(f"{run.output}\n")
                 tmp = temporary(run)
                 papermill.execute_notebook(str(run.notebook), str(tmp), parameters=run.parameters,
-                                           cwd=str(cwd or REPO_ROOT), progress_bar=False, log_output=False, km=km)
+                                           cwd=str(cwd or REPO_ROOT), progress_bar=False, log_output=False, km=km,
+                                           engine_name=SHARED_CLIENT_ENGINE)
                 os.replace(tmp, run.output)
                 run.output.with_name(run.output.stem + ".failed.ipynb").unlink(missing_ok=True)
             state["current"] = None
         except BaseException as exc:  # papermill's execution error carries the failing cell's traceback
             state["error"] = exc
+        finally:
+            if shared["client"] is not None:
+                shared["client"].stop_channels()
 
     status, worker = 0, None
     saved_stderr = os.dup(2)
@@ -466,7 +517,9 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
             if status == 130:
                 remove_scratch()   # before the kernel is stopped: no late write of papermill lands anywhere
             if km.has_kernel:
-                km.shutdown_kernel(now=status != 0)
+                # every output is written by this process, not the kernel: nothing is lost by not waiting up to a
+                # second for its graceful exit
+                km.shutdown_kernel(now=True)
             if worker is not None:
                 worker.join(30)   # the dead kernel ends the notebook's execution; wait for papermill's last write
             shutil.rmtree(socket_dir, ignore_errors=True)
@@ -488,19 +541,6 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
         log.unlink(missing_ok=True)
     remove_scratch()
     return status
-
-
-def _reset_kernel(km, run: NotebookRun) -> None:
-    """:data:`RESET_KERNEL` in the kernel of ``km``, before ``run``; an error if the kernel refuses."""
-    client = km.client()
-    client.start_channels()
-    try:
-        client.wait_for_ready(timeout=60)
-        reply = client.execute_interactive(RESET_KERNEL, silent=True, store_history=False, timeout=60)
-    finally:
-        client.stop_channels()
-    if reply["content"]["status"] != "ok":
-        raise RuntimeError(f"could not reset the kernel before {run.notebook}: {reply['content']}")
 
 
 def run_notebook(notebook: str | os.PathLike, output: str | os.PathLike, parameters: dict[str, Any],
