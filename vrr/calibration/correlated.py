@@ -32,6 +32,7 @@ from scipy import special
 from ..common import fpmath
 from ..core.belief import exchangeable_vote_log_pmf
 from ..settings import CALIBRATION_LIKELIHOODS as LIKELIHOODS
+from ._memo import memoized
 from .mixture import VoteNoiseFit
 from .semisupervised import _log_comb
 
@@ -321,10 +322,12 @@ def semisupervised_bb(S_unlabeled, M: int, S_labeled, y_labeled, M_labeled: int,
                                   seeds=[seed])[0]
 
 
+@memoized   # the decision- and Wald-checked calibrations of 05's ablation fit the same folds
 def semisupervised_bb_many(samples, M: int, S_labeled, y_labeled, M_labeled: int, n_restarts: int = 4,
                            seeds=(0,)) -> list:
     """:func:`semisupervised_bb` of each unlabeled vote sample with the same labeled plans and its own seed, the
-    simplices of all of them run as one batch (each fit as alone: the cross-fit folds' fits)."""
+    simplices of all of them run as one batch (each fit as alone: the cross-fit folds' fits); computed once per
+    distinct input (``vrr.calibration._memo``)."""
     S_l = np.asarray(S_labeled).ravel()
     y_l = np.asarray(y_labeled).ravel().astype(bool)
     if S_l.shape != y_l.shape:

@@ -22,6 +22,7 @@ import numpy as np
 from scipy import special
 
 from ..common import fpmath
+from ._memo import memoized
 
 EPS = 1e-12
 
@@ -144,12 +145,14 @@ def semisupervised_em_many(hists, M: int, lab, n_restarts: int = 4, seed=0, tol:
             "n_iter": n_iter.reshape(shape)[rows, best], "converged": done.reshape(shape)[rows, best]}
 
 
+@memoized   # the decision- and Wald-checked calibrations of 05's ablation fit the same folds
 def semisupervised_em(S_unlabeled, M: int, S_labeled, y_labeled, M_labeled: int, n_restarts: int = 4,
                       seed: int = 0, tol: float = 1e-10, max_iter: int = 2000):
     """Semi-supervised binomial-mixture EM (module docstring; Sec. 4.2's mixture with the probe's labeled plans
     entering with their class fixed). ``S_unlabeled``: accept counts of M votes whose plans' labels are not used;
     ``S_labeled``, ``y_labeled``: the labeled plans' counts of ``M_labeled`` votes and their labels. Returns a
-    ``VoteNoiseFit`` with method "semisupervised_em"; its effective votes pool both parts."""
+    ``VoteNoiseFit`` with method "semisupervised_em"; its effective votes pool both parts. Computed once per
+    distinct input (``vrr.calibration._memo``)."""
     from .mixture import VoteNoiseFit, vote_histograms
 
     S_u = np.asarray(S_unlabeled).ravel()
