@@ -18,10 +18,14 @@ setting's histograms, that is one EM step (E- and M-step, ``vrr.calibration.mixt
 chains over the M + 1 count cells. A 05 at ratio r costs as much as r such passes; the EM chains it fits
 need up to ``em_max_iter`` passes each, so r in the thousands is the arithmetic, not overhead.
 
+``--record`` writes the chain's figures to docs/runtime/<machine kind>.json (the README's runtime table is rendered
+from these by ``python scripts/readme_tables.py``); ``--chain-only`` skips the plain loop.
+
 ``--profile N`` adds a second, profiled pass of the plain loop (cProfile on CPU time; the timed pass runs
 without the profiler) and prints per step the N functions with the most cumulative CPU time. ``--skip-chain`` runs only the plain loop.
 
     python scripts/bench_chain.py [--jobs 2] [--data data] [--settings "a b"] [--profile 8] [--skip-chain]
+    python scripts/bench_chain.py --record --chain-only      # the README's runtime table, on this machine
     make bench-chain
 """
 from __future__ import annotations
@@ -239,6 +243,37 @@ def print_per_setting(chain, plain) -> None:
               f"({min(c for _, c in floors)}-{max(c for _, c in floors)} chains) of the setting's M + 1 count cells")
 
 
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return " ".join(line.partition(":")[2].split())
+    return "unknown CPU"
+
+
+def write_record(chain: dict, load_start: float) -> Path:
+    """docs/runtime/<machine kind>.json: the chain's wall and CPU seconds, per step, the slowest 05 (the README's
+    runtime table, ``scripts/readme_tables.py``)."""
+    from datetime import date
+
+    from vrr.common.atomic import atomic_write
+
+    fives = {s: steps["05"] for s, steps in chain["per_setting"].items() if "05" in steps}
+    slowest = max(fives, key=fives.get)
+    record = {"machine": cpu_kind(), "cpu_model": cpu_model(), "cores": os.cpu_count(), "commit": commit(),
+              "date": date.today().isoformat(), "load_start": round(load_start, 2),
+              "load_end": round(os.getloadavg()[0], 2), "settings": len(fives),
+              "wall_s": round(chain["wall"], 1), "cpu_s": round(chain["cpu"], 1),
+              "steps": {s: round(chain["per_step"].get(s, 0.0), 1) for s in STEPS},
+              "slowest_05": {"setting": slowest, "seconds": round(fives[slowest], 2)},
+              "command": "python scripts/bench_chain.py --record --chain-only"}
+    slug = "".join(c if c.isalnum() else "-" for c in cpu_kind().lower()).strip("-")
+    path = REPO / "docs" / "runtime" / f"{slug}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda fh: fh.write(json.dumps(record, indent=1) + "\n"))
+    print(f"wrote {path.relative_to(REPO)}")
+    return path
+
+
 def commit() -> str:
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "vrr", "notebooks", "Makefile"],
@@ -257,7 +292,11 @@ def main() -> None:
                     "keep it, e.g. to compare its files with another build (default: a temporary root)")
     ap.add_argument("--durations", metavar="RESULTS", help="only print the papermill seconds per step of an "
                     "existing results root (e.g. one built by make reproduce) and exit")
+    ap.add_argument("--record", action="store_true", help="write the chain's figures to docs/runtime/<kind>.json")
+    ap.add_argument("--chain-only", action="store_true", help="skip the plain loop")
     args = ap.parse_args()
+    if args.record and (args.skip_chain or args.settings is not None or args.data != "data" or args.jobs != 2):
+        raise SystemExit("--record measures the default chain: make -j2 reproduce of every setting")
     if args.durations:
         per_step, count = papermill_durations(Path(args.durations))
         for s in STEPS:
@@ -267,8 +306,15 @@ def main() -> None:
                           {"per_setting": {}, "floors": {}})
         return
 
-    print(f"machine: {cpu_kind()}, {os.cpu_count()} cores; commit {commit()}; load average {os.getloadavg()[0]:.2f} at start")
+    load_start = os.getloadavg()[0]
+    print(f"machine: {cpu_kind()}, {os.cpu_count()} cores; commit {commit()}; load average {load_start:.2f} at start")
     chain = None if args.skip_chain else run_chain(args)
+    if args.record:
+        write_record(chain, load_start)
+    if args.chain_only:
+        print(f"make -j{args.jobs} reproduce: {chain['wall']:.1f} s wall, {chain['cpu']:.1f} s CPU")
+        print_per_setting(chain, {"per_setting": {}, "floors": {}})
+        return
     plain = run_plain(args)
     profiled = run_plain(args, profile=True) if args.profile else None
     print(f"\n{'step':<6}{'notebooks':>10}{'papermill s':>13}{'plain wall s':>14}{'plain CPU s':>13}")

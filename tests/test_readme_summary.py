@@ -42,7 +42,7 @@ def test_splice_needs_both_markers():
 
 def test_check_mode_reports_a_stale_readme(tmp_path):
     readme = tmp_path / "README.md"
-    readme.write_text(f"# x\n{BEGIN}\nstale\n{END}\n")
+    readme.write_text(f"# x\n{BEGIN}\nstale\n{END}\n<!-- runtime:begin -->\nstale\n<!-- runtime:end -->\n")
     script = [sys.executable, str(REPO / "scripts" / "readme_tables.py"), "--readme", str(readme)]
     stale = subprocess.run([*script, "--check"], capture_output=True, text=True)
     assert stale.returncode == 1 and "differ" in stale.stderr
@@ -62,3 +62,31 @@ def test_an_estimate_without_plans_of_its_class_reads_n_a(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     block = readme_summary(tmp_path)
     assert "| MBPP CPU fav. | 0.062 | n/a | n/a | 0.000 | n/a | n/a |" in block and "nan" not in block
+
+
+def _readme_tables():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_tables", REPO / "scripts" / "readme_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_runtime_table_is_rendered_from_the_benchmarks_records(tmp_path):
+    """The README's chain runtime table is what scripts/bench_chain.py --record measured (docs/runtime/*.json), a
+    column per machine kind; a new record changes it."""
+    rt = _readme_tables()
+    text = (REPO / "README.md").read_text()
+    assert splice(text, rt.runtime_block(), "README.md", rt.RUNTIME_BEGIN, rt.RUNTIME_END) == text
+    records = sorted((REPO / "docs" / "runtime").glob("*.json"))
+    assert records
+    import json
+
+    record = json.loads(records[0].read_text())
+    assert record["machine"] in rt.KIND_ORDER and record["command"].startswith("python scripts/bench_chain.py --record")
+    shutil.copy(records[0], tmp_path / records[0].name)
+    other = dict(record, machine="AVX2", wall_s=123.4, cpu_s=200.0)
+    (tmp_path / "avx2.json").write_text(json.dumps(other))
+    block = rt.runtime_block(tmp_path)
+    assert f"| {record['machine']} | AVX2 |" in block and "2 min 3 s (3 min 20 s CPU)" in block

@@ -148,8 +148,8 @@ def test_the_calibration_check_is_computed_once_per_input(monkeypatch):
     import vrr.calibration.check as check
 
     calls = []
-    real = check.binomial_em_chains
-    monkeypatch.setattr(check, "binomial_em_chains", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = check.em_rates
+    monkeypatch.setattr(check, "em_rates", lambda *a, **k: calls.append(1) or real(*a, **k))
     check._check.cache_clear()
     one = calibration_check(S_u, 8, probe_S, probe_y, 8, n_boot=20, seed=1)
     two = calibration_check(list(S_u), 8, probe_S.astype(float), probe_y, 8, n_boot=20, seed=1)
@@ -315,3 +315,46 @@ def test_the_mixture_likelihood_is_its_formula_bit_for_bit(C, seed, labeled, cap
     h_v, h_i = (rng.integers(0, 6, (C, 17)).astype(float) for _ in range(2))
     args = (h_v, h_i, 16) if labeled else (None, None, None)
     assert mixture_nll(z, h_u, 8, *args, cap).tobytes() == mixture_nll_formula(z, h_u, 8, *args, cap).tobytes()
+
+
+def test_em_rates_are_each_histograms_own_fit_however_batched_or_cached():
+    """em_rates keeps each histogram's label-free EM fit under its own key: the bits are those of the histogram
+    fit alone (binomial_em_chains + best_rates), whatever it was batched with and whether it came from the store."""
+    from vrr.calibration import _memo
+    from vrr.calibration.mixture import best_rates, binomial_em_chains, em_rates, vote_histograms
+
+    rng = np.random.default_rng(11)
+    samples = [rng.binomial(8, np.where(rng.random(90) < w, 0.75, 0.3)) for w in (0.3, 0.5, 0.7, 0.9)]
+    hists = vote_histograms(samples, 8)
+    alone = [best_rates(h[None], 8, binomial_em_chains(h[None], 8, [s])) for h, s in zip(hists, (1, 2, 3, 4))]
+    _memo.clear_all()
+    first = em_rates(hists[:2], 8, [1, 2])
+    mixed = em_rates(hists[[3, 0, 2, 1, 0]], 8, [4, 1, 3, 2, 1])        # two from the store, repeats, new ones
+    for got, i in zip(zip(*mixed), (3, 0, 2, 1, 0)):
+        assert [float(v) for v in got] == [float(a[0]) for a in alone[i]]
+    assert [float(v) for v in first[0]] == [float(alone[0][0][0]), float(alone[1][0][0])]
+    em_rates(hists[:1], 8, [9])                     # another seed is another fit
+    from vrr.calibration.mixture import _EM_RATES
+    assert len(_EM_RATES) == 5
+
+
+def test_the_check_and_the_error_radius_refit_each_resample_once(monkeypatch):
+    """The Wald check and B_k's draws resample a calibration sample's rows with one stream, so the label-free EM
+    of each resample runs once for both (vrr.calibration.mixture.resample_rows, em_rates)."""
+    from vrr.calibration import _memo, mixture
+    from vrr.calibration.gain_radius import parameter_draws
+
+    rng = np.random.default_rng(4)
+    y = rng.random((120, 3)) < 0.6
+    S = np.where(y, rng.binomial(8, 0.8, y.shape), rng.binomial(8, 0.25, y.shape))
+    probe_S, probe_y = _probe(rng)
+    fitted = []
+    real = mixture.binomial_em_chains
+    monkeypatch.setattr(mixture, "binomial_em_chains",
+                        lambda hists, *a, **k: fitted.append(len(hists)) or real(hists, *a, **k))
+    _memo.clear_all()
+    calibration_check(S[:, 0], 8, probe_S, probe_y, 8, n_boot=30, seed=5)
+    n_check = sum(fitted)
+    assert 25 <= n_check <= 31                      # the sample and its distinct resamples
+    parameter_draws(S, y, 8, n_boot=30, seed=5, method="binomial_em")
+    assert sum(fitted) - n_check <= 1               # at most the point fit: every resample came from the store

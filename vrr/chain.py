@@ -30,6 +30,7 @@ from typing import Any, Sequence
 import yaml
 
 from .common.paths import REPO_ROOT
+from .common.notebook_engine import SHARED_CLIENT_ENGINE, register_shared_client_engine
 from .common.processes import death_signal_preexec, owner_gone, owner_tag, set_death_signal
 from .data.contract import Setting, load_setting, save_setting
 from .data.simulate import simulate_from_config, simulation_protocol
@@ -289,54 +290,6 @@ def _import_papermill():
     return papermill
 
 
-SHARED_CLIENT_ENGINE = "vrr-shared-client"
-
-
-def _register_shared_client_engine(papermill) -> dict:
-    """Register a papermill engine whose notebooks share one kernel client; returns its holder
-    (``{"client": None}``, filled by the first notebook).
-
-    papermill's engine starts a new client per notebook, and every new client waits for the kernel's readiness
-    (jupyter_client's ``wait_for_ready`` sits at least 0.2 s on IOPub), once per notebook; a setting's five
-    notebooks and their resets paid it nine times. Here the first notebook's client is kept and the next
-    notebook gets it after :data:`RESET_KERNEL` (sent through it, so the client's sockets stay in the one
-    event-loop context nbclient uses them from)."""
-    from nbclient.util import ensure_async, run_sync
-    from papermill.clientwrap import PapermillNotebookClient
-    from papermill.engines import NBClientEngine, papermill_engines
-    from papermill.log import logger
-
-    holder: dict[str, Any] = {"client": None}
-
-    class SharedClientNotebookClient(PapermillNotebookClient):
-        async def async_start_new_kernel_client(self):
-            if holder["client"] is None:
-                holder["client"] = await super().async_start_new_kernel_client()
-                return holder["client"]
-            self.kc = holder["client"]
-            msg_id = await ensure_async(self.kc.execute(RESET_KERNEL, silent=True, store_history=False))
-            reply = await self.async_wait_for_reply(msg_id)
-            if reply is None or reply["content"]["status"] != "ok":
-                raise RuntimeError(f"could not reset the kernel: {reply and reply['content']}")
-            return self.kc
-
-        start_new_kernel_client = run_sync(async_start_new_kernel_client)
-
-    class SharedClientEngine(NBClientEngine):
-        @classmethod
-        def execute_managed_notebook(cls, nb_man, kernel_name, log_output=False, stdout_file=None,
-                                     stderr_file=None, start_timeout=60, execution_timeout=None, **kwargs):
-            # NBClientEngine.execute_managed_notebook with the client class above
-            kwargs = {k: v for k, v in kwargs.items() if k not in ("input_path", "timeout", "startup_timeout")}
-            return SharedClientNotebookClient(
-                nb_man, **kwargs, timeout=execution_timeout, startup_timeout=start_timeout, kernel_name=kernel_name,
-                log=logger, log_output=log_output, stdout_file=stdout_file,
-                stderr_file=stderr_file).execute()
-
-    papermill_engines.register(SHARED_CLIENT_ENGINE, SharedClientEngine)
-    return holder
-
-
 @dataclass(frozen=True)
 class NotebookRun:
     """One notebook to execute: its source, where the executed copy goes, and its papermill parameters."""
@@ -372,7 +325,6 @@ def parse_notebook_runs(tokens: Sequence[str]) -> list[NotebookRun]:
 
 # The namespace reset between two notebooks of one kernel: user variables go, imported modules stay,
 # and the execution counter restarts at 1, as in a fresh kernel.
-RESET_KERNEL = "get_ipython().reset(new_session=True)"
 
 
 RUNNING_PREFIX = ".vrr-running-"   # a runner's folder of temporary notebooks, beside its outputs
@@ -407,7 +359,7 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
     """Execute notebooks in order with papermill, in one kernel; each output appears under its name only
     when that notebook succeeded.
 
-    The kernel is started once and its namespace is reset between notebooks (:data:`RESET_KERNEL`): a
+    The kernel is started once and its namespace is reset between notebooks (``vrr.common.notebook_engine``): a
     notebook sees none of the previous one's variables, but the libraries imported before stay loaded,
     which halves the CPU time of a setting's five notebooks (``docs/profile.md``). Each notebook runs into
     ``<output>.tmp.ipynb`` inside this runner's own folder beside it (``.vrr-running-<pid>-t<start>-n<ns>``);
@@ -450,7 +402,7 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
               flush=True)
         return 130
     papermill = _import_papermill()
-    shared = _register_shared_client_engine(papermill)
+    shared = register_shared_client_engine()
     from jupyter_client.manager import KernelManager
 
     # One BLAS thread per kernel: make runs several settings at once, and extra OpenBLAS threads only spin.

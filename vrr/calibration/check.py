@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ._memo import memoized
-from .mixture import best_rates, binomial_em_chains, labeled_mle, vote_histograms
+from .mixture import em_rates, labeled_mle, resample_rows, vote_histograms
 
 CHECK_LEVEL = 0.05
 CHECK_REPLICATES = 200
@@ -159,13 +159,11 @@ def _check(S_u, M: int, S_p, y_p, probe_M: int, level: float, n_boot: int, seed:
         return CalibrationCheck(float("nan"), float("nan"), float(lab.rho0), float(lab.rho1), float("nan"),
                                 float("nan"), level, 0, False,
                                 "the probe lacks labeled plans of a class: the vote model cannot be checked")
-    rng = np.random.default_rng(seed + 104729)
-    n_u = S_u.size
-    idx = [rng.integers(0, n_u, n_u) for _ in range(n_boot)]
+    # the window's resamples are B_k's (vrr.calibration.mixture.resample_rows): the EM refits of both are one
+    idx, rng = resample_rows(S_u.size, n_boot, seed)
     hists = vote_histograms([S_u] + [S_u[i] for i in idx], M)
-    chains = binomial_em_chains(hists, M, [seed] * hists.shape[0], n_restarts=em_restarts, tol=em_tol,
-                                max_iter=em_max_iter)
-    rho0_em, rho1_em, _ = best_rates(hists, M, chains)
+    rho0_em, rho1_em, _ = em_rates(hists, M, [seed] * hists.shape[0], n_restarts=em_restarts, tol=em_tol,
+                                   max_iter=em_max_iter)
     valid, invalid = S_p[y_p], S_p[~y_p]
     lab0 = np.empty(n_boot)
     lab1 = np.empty(n_boot)

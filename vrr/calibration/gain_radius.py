@@ -29,8 +29,8 @@ import numpy as np
 from ..core.belief import filter_beliefs, gain
 from ..settings import reads_probe
 from ._memo import memoized
-from .estimators import (EstimatorOptions, VoteNoiseFit, best_rates, binomial_em_chains,
-                         calibrate, labeled_mle, vote_histograms, vote_parameters)
+from .estimators import EstimatorOptions, VoteNoiseFit, calibrate, labeled_mle, vote_histograms, vote_parameters
+from .mixture import em_rates, resample_rows
 
 PARAM_NAMES = ("rho0", "rho1", "alpha", "beta", "pi")
 CORRELATION_NAMES = ("phi0", "phi1")   # drawn too under the exchangeable-vote likelihood
@@ -114,9 +114,7 @@ def _draw_plan(S, y, M, n_boot, seed, method, vote_rounds, max_pairs, options, p
     if uses_probe and (probe_S is None or probe_M is None):
         raise ValueError(f"parameter_draws: method {method!r} / vote_rounds {vote_rounds!r} needs the probe")
     kwargs = dict(method=method, vote_rounds=vote_rounds, max_pairs=max_pairs, options=options, likelihood=likelihood)
-    rng = np.random.default_rng(seed + 7919)
-    n = S.shape[0]
-    reps = [rng.integers(0, n, n) for _ in range(n_boot)]
+    reps, rng = resample_rows(S.shape[0], n_boot, seed)
     probe_reps = [None] * n_boot
     if uses_probe:
         probe_reps = [(_resample_probe(rng, probe_S, probe_y) if probe_y is not None
@@ -180,9 +178,8 @@ def _run_fits(plans: list) -> None:
         elif kind == "em":
             M, restarts, tol, max_iter = key
             hists = np.concatenate([job[2] for job in jobs])
-            chains = binomial_em_chains(hists, M, [x for job in jobs for x in job[3]], n_restarts=restarts, tol=tol,
-                                        max_iter=max_iter)
-            rho0, rho1, w = best_rates(hists, M, chains)
+            rho0, rho1, w = em_rates(hists, M, [x for job in jobs for x in job[3]], n_restarts=restarts, tol=tol,
+                                     max_iter=max_iter)
             fits = [VoteNoiseFit(float(a), float(b), float(c), method="binomial_em") for a, b, c in zip(rho0, rho1, w)]
         else:
             vM, M_l, phi_cap = key[1:]

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.belief import filter_beliefs, gain, posterior_from_log_likelihoods, predict, vote_log_likelihoods
-from .estimators import (Calibration, CrossFit, EstimatorOptions, VoteNoiseFit, best_rates, best_restart,
-                         binomial_em_chains, binomial_mixture_em_each, calibrate, vote_histograms)
+from .estimators import (Calibration, CrossFit, EstimatorOptions, VoteNoiseFit, best_restart, binomial_em_chains,
+                         binomial_mixture_em_each, calibrate, vote_histograms)
+from .mixture import em_rates, resample_rows
 
 PARAM_NAMES = ("rho0", "rho1", "alpha", "beta", "pi")
 
@@ -106,9 +107,7 @@ def bootstrap_intervals_each(samples, M: int, eta: float = 0.05, n_boot: int = B
         return out
     replicates = []
     for S, _, seed in samples:
-        rng = np.random.default_rng(seed + 7919)
-        n = S.shape[0]
-        replicates.append([rng.integers(0, n, n) for _ in range(n_boot)])
+        replicates.append(resample_rows(S.shape[0], n_boot, seed)[0])
     point_votes = [None] * len(samples)
     boot_votes = [[None] * n_boot for _ in samples]
     method = calibrate_kwargs.get("method", "binomial_em")
@@ -117,13 +116,12 @@ def bootstrap_intervals_each(samples, M: int, eta: float = 0.05, n_boot: int = B
         point_hists = vote_histograms([S[:, 0] for S, _, _ in samples], M)
         boot_hists = [np.stack([np.bincount(S[idx, 0], minlength=M + 1) for idx in reps]).astype(float)
                       for (S, _, _), reps in zip(samples, replicates)]
-        hists = np.concatenate([point_hists, *boot_hists]) if samples else point_hists
-        seeds = [seed for _, _, seed in samples] + [seed for _, _, seed in samples for _ in range(n_boot)]
-        chains = binomial_em_chains(hists, M, seeds, n_restarts=options.em_restarts, tol=options.em_tol,
-                                    max_iter=options.em_max_iter)
+        em = dict(n_restarts=options.em_restarts, tol=options.em_tol, max_iter=options.em_max_iter)
+        chains = binomial_em_chains(point_hists, M, [seed for _, _, seed in samples], **em)
         k = len(samples)
         point_votes = [best_restart(point_hists[i], M, [a[i] for a in chains]) for i in range(k)]
-        rho0, rho1, w = best_rates(hists[k:], M, [a[k:] for a in chains])
+        rho0, rho1, w = em_rates(np.concatenate(boot_hists) if samples else np.empty((0, M + 1)), M,
+                                 [seed for _, _, seed in samples for _ in range(n_boot)], **em)
         for i in range(k):
             rows = slice(i * n_boot, (i + 1) * n_boot)
             boot_votes[i] = [VoteNoiseFit(float(a), float(b), float(c), method="binomial_em")

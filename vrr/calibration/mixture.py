@@ -15,6 +15,7 @@ import numpy as np
 from scipy import special
 
 from ..common import fpmath
+from . import _memo
 from ..core.model import youden_j
 
 # A mixture of two binomials (weight, two rates) is identifiable from Bin(M) counts only when M >= 3
@@ -206,6 +207,47 @@ def binomial_em_chains(hists: np.ndarray, M: int, seeds, n_restarts: int = 10, t
     return _em_restarts(hists, M, starts[:, :, 0], starts[:, :, 1], starts[:, :, 2], tol, max_iter)
 
 
+# Bootstrap resamples of a calibration sample: the Wald check, the draws behind B_k and the identifiability bootstrap
+# resample its rows with the same stream, so their EM refits of the same resample are one fit (:func:`em_rates`).
+RESAMPLE_SEED_OFFSET = 7919
+
+
+def resample_rows(n: int, n_boot: int, seed: int) -> tuple[list, np.random.Generator]:
+    """``n_boot`` bootstrap resamples (row indices) of a sample of ``n`` rows, seed ``seed``, and the generator
+    after them (a caller draws what else it resamples from it)."""
+    rng = np.random.default_rng(seed + RESAMPLE_SEED_OFFSET)
+    return [rng.integers(0, n, n) for _ in range(n_boot)], rng
+
+
+_EM_RATES = _memo.row_store()
+EM_RATES_MAX = 100_000
+
+
+def em_rates(hists: np.ndarray, M: int, seeds, n_restarts: int = 10, tol: float = 1e-10,
+             max_iter: int = 2000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`best_rates` of :func:`binomial_em_chains` (Sec. 4.2's label-free EM): (rho0, rho1, weight_valid),
+    each [H], for histograms [H, M+1] with their seeds. A histogram's fit depends only on its counts, M, its seed
+    and the EM's options (the chains do not depend on what they are batched with), so each is kept under that key
+    and computed once per process: the check and B_k's draws refit the same resamples."""
+    hists = np.atleast_2d(np.asarray(hists, dtype=float))
+    keys = [(h.tobytes(), int(M), int(x), int(n_restarts), float(tol), int(max_iter)) for h, x in zip(hists, seeds)]
+    todo = {}
+    for i, key in enumerate(keys):
+        if key not in _EM_RATES and key not in todo:
+            todo[key] = i
+    if todo:
+        rows = list(todo.values())
+        sub = hists[rows]
+        chains = binomial_em_chains(sub, M, [keys[i][2] for i in rows], n_restarts=n_restarts, tol=tol,
+                                    max_iter=max_iter)
+        for key, a, b, c in zip(todo, *best_rates(sub, M, chains)):
+            _EM_RATES[key] = (a, b, c)
+        while len(_EM_RATES) > EM_RATES_MAX:
+            _EM_RATES.popitem(last=False)
+    out = [_EM_RATES[key] for key in keys]
+    return tuple(np.array([r[j] for r in out], dtype=float) for j in range(3))
+
+
 def best_rates(hists: np.ndarray, M: int, chains) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rho0, rho1, weight_valid), each [H], of the restart with the highest log-likelihood per histogram,
     labeled so that the valid component accepts more (the bootstrap's fast path of the EM)."""
@@ -225,8 +267,7 @@ def binomial_mixture_em_many(hists: np.ndarray, M: int, n_restarts: int = 10, se
     ``vrr.calibration.identifiability``): returns (rho0, rho1, weight_valid), each [H]. Every
     histogram gets the same seeded starts."""
     hists = np.atleast_2d(np.asarray(hists, dtype=float))
-    chains = binomial_em_chains(hists, M, [seed] * hists.shape[0], n_restarts=n_restarts, tol=tol, max_iter=max_iter)
-    return best_rates(hists, M, chains)
+    return em_rates(hists, M, [seed] * hists.shape[0], n_restarts=n_restarts, tol=tol, max_iter=max_iter)
 
 
 def binomial_mixture_em(S, M: int, n_restarts: int = 10, seed: int = 0,

@@ -76,11 +76,11 @@ def readme_summary(results_root: str | Path) -> str:
     return "\n".join(out) + "\n"
 
 
-def splice(text: str, block: str, path: str = "README.md") -> str:
-    """``text`` with the part between the markers replaced by ``block``; an error names the file if a marker
-    is missing."""
-    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise ValueError(f"{path}: needs one {BEGIN} followed by one {END}")
-    head, rest = text.split(BEGIN)
-    _, tail = rest.split(END)
-    return f"{head}{BEGIN}\n{block}{END}{tail}"
+def splice(text: str, block: str, path: str = "README.md", begin: str = BEGIN, end: str = END) -> str:
+    """``text`` with the part between the markers ``begin`` and ``end`` replaced by ``block``; an error names the
+    file if a marker is missing."""
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise ValueError(f"{path}: needs one {begin} followed by one {end}")
+    head, rest = text.split(begin)
+    _, tail = rest.split(end)
+    return f"{head}{begin}\n{block}{end}{tail}"
