@@ -44,7 +44,7 @@ def runtime_block(records_dir: Path = RUNTIME_DIR) -> str:
              lambda r: f"{r['slowest_05']['seconds']:.1f} s ({r['slowest_05']['setting']})"),
             ("measured on", lambda r: f"{r['cpu_model']}, {r['cores']} cores, load {r['load_start']:.1f} at start, "
                                       f"{r['date']}, commit {r['commit']}")]
-    head = "| chain (`python scripts/bench_chain.py --record`) | " + " | ".join(r["machine"] for r in records) + " |"
+    head = f"| chain (`{records[0]['command']}`) | " + " | ".join(r["machine"] for r in records) + " |"
     out = [head, "|---" * (len(records) + 1) + "|"]
     out += ["| " + name + " | " + " | ".join(cell(r) for r in records) + " |" for name, cell in rows]
     return "\n".join(out) + "\n"
