@@ -464,9 +464,10 @@ def test_a_dspy_lm_on_an_openai_compatible_server_whose_judge_ignores_dspy_forma
     assert len(server.judge_requests) == trace.verifier_calls == len(votes) == 16
     assert len(server.program_requests) == trace.rounds == 2
     unparsable = [r for r in replies[:16] if "ACCEPT" not in r and "REJECT" not in r]
-    assert [u["reply"] for u in trace.unparsable] == unparsable and len(unparsable) == 2
+    got = [u["reply"] for u in trace.unparsable]
+    assert len(unparsable) == 2 and sorted(got) == sorted(unparsable)
     if mode == "sync":   # acall asks a round's votes concurrently, so their order is the server's
-        assert votes == [int("ACCEPT" in r) for r in replies[:16]]
+        assert got == unparsable and votes == [int("ACCEPT" in r) for r in replies[:16]]
     assert sorted(votes[:8]) == sorted(int("ACCEPT" in r) for r in replies[:8])
     twin = stop_controller()
     expected = [twin.observe(v) for v in trace.votes]

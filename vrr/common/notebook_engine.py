@@ -2,7 +2,7 @@
 
 papermill's own engine starts a new kernel client per notebook, and every new client waits for the kernel's
 readiness (jupyter_client's ``wait_for_ready`` sits at least 0.2 s on IOPub): a setting's five notebooks and the
-namespace resets between them paid it nine times. Here the first notebook's client is kept, and each next notebook
+namespace resets between them would pay it nine times. Here the first notebook's client is kept, and each next notebook
 gets it after :data:`RESET_KERNEL`, sent through it so that its sockets stay in the one event-loop context nbclient
 uses them from.
 """
