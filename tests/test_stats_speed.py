@@ -336,6 +336,10 @@ def test_em_rates_are_each_histograms_own_fit_however_batched_or_cached():
     em_rates(hists[:1], 8, [9])                     # another seed is another fit
     from vrr.calibration.mixture import _EM_RATES
     assert len(_EM_RATES) == 5
+    small = _memo.RowStore(max_entries=2)
+    for key in "abc":
+        small[key] = key
+    assert list(small) == ["b", "c"]                # the oldest goes first
 
 
 def test_the_check_and_the_error_radius_refit_each_resample_once(monkeypatch):

@@ -323,10 +323,6 @@ def parse_notebook_runs(tokens: Sequence[str]) -> list[NotebookRun]:
     return runs
 
 
-# The namespace reset between two notebooks of one kernel: user variables go, imported modules stay,
-# and the execution counter restarts at 1, as in a fresh kernel.
-
-
 RUNNING_PREFIX = ".vrr-running-"   # a runner's folder of temporary notebooks, beside its outputs
 KERNEL_PREFIX = "vrr-kernel-"       # a runner's folder of kernel sockets, in the temporary folder
 

@@ -70,10 +70,23 @@ def memoized(func):
     return wrapper
 
 
-def row_store() -> OrderedDict:
-    """A store of per-row results (a batched fit whose rows do not depend on each other keeps each row under its own
-    key, so a row that recurs in another batch is not fit again), emptied by :func:`clear_all`."""
-    store: OrderedDict = OrderedDict()
+class RowStore(OrderedDict):
+    """Per-row results of a batched fit whose rows do not depend on each other: each row under its own key, so a
+    row that recurs in another batch is not fit again; the oldest go beyond ``max_entries``."""
+
+    def __init__(self, max_entries: int):
+        super().__init__()
+        self.max_entries = max_entries
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        while len(self) > self.max_entries:
+            self.popitem(last=False)
+
+
+def row_store(max_entries: int) -> RowStore:
+    """A :class:`RowStore`, emptied by :func:`clear_all` with the memoized functions' stores."""
+    store = RowStore(max_entries)
     _STORES.append(store)
     return store
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.belief import filter_beliefs, gain, posterior_from_log_likelihoods, predict, vote_log_likelihoods
-from .estimators import (Calibration, CrossFit, EstimatorOptions, VoteNoiseFit, best_restart, binomial_em_chains,
-                         binomial_mixture_em_each, calibrate, vote_histograms)
+from .estimators import (Calibration, CrossFit, EstimatorOptions, VoteNoiseFit, binomial_mixture_em_each,
+                         calibrate)
 from .mixture import em_rates, resample_rows
 
 PARAM_NAMES = ("rho0", "rho1", "alpha", "beta", "pi")
@@ -113,13 +113,13 @@ def bootstrap_intervals_each(samples, M: int, eta: float = 0.05, n_boot: int = B
     method = calibrate_kwargs.get("method", "binomial_em")
     if method in ("binomial_em", "ppi") and calibrate_kwargs.get("vote_rounds", "first") == "first":
         # every EM at once (point fits and replicates of all samples): the fits are the same as one by one
-        point_hists = vote_histograms([S[:, 0] for S, _, _ in samples], M)
         boot_hists = [np.stack([np.bincount(S[idx, 0], minlength=M + 1) for idx in reps]).astype(float)
                       for (S, _, _), reps in zip(samples, replicates)]
         em = dict(n_restarts=options.em_restarts, tol=options.em_tol, max_iter=options.em_max_iter)
-        chains = binomial_em_chains(point_hists, M, [seed for _, _, seed in samples], **em)
         k = len(samples)
-        point_votes = [best_restart(point_hists[i], M, [a[i] for a in chains]) for i in range(k)]
+        if k:
+            point_votes = binomial_mixture_em_each([S[:, 0] for S, _, _ in samples], M,
+                                                   [seed for _, _, seed in samples], **em)
         rho0, rho1, w = em_rates(np.concatenate(boot_hists) if samples else np.empty((0, M + 1)), M,
                                  [seed for _, _, seed in samples for _ in range(n_boot)], **em)
         for i in range(k):

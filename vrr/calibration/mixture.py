@@ -15,8 +15,8 @@ import numpy as np
 from scipy import special
 
 from ..common import fpmath
-from . import _memo
 from ..core.model import youden_j
+from . import _memo
 
 # A mixture of two binomials (weight, two rates) is identifiable from Bin(M) counts only when M >= 3
 # (Teicher 1963: 2 components need 2k - 1 = 3 trials); the capped beta-binomial mixture has five
@@ -219,8 +219,7 @@ def resample_rows(n: int, n_boot: int, seed: int) -> tuple[list, np.random.Gener
     return [rng.integers(0, n, n) for _ in range(n_boot)], rng
 
 
-_EM_RATES = _memo.row_store()
-EM_RATES_MAX = 100_000
+_EM_RATES = _memo.row_store(max_entries=100_000)
 
 
 def em_rates(hists: np.ndarray, M: int, seeds, n_restarts: int = 10, tol: float = 1e-10,
@@ -242,8 +241,6 @@ def em_rates(hists: np.ndarray, M: int, seeds, n_restarts: int = 10, tol: float 
                                     max_iter=max_iter)
         for key, a, b, c in zip(todo, *best_rates(sub, M, chains)):
             _EM_RATES[key] = (a, b, c)
-        while len(_EM_RATES) > EM_RATES_MAX:
-            _EM_RATES.popitem(last=False)
     out = [_EM_RATES[key] for key in keys]
     return tuple(np.array([r[j] for r in out], dtype=float) for j in range(3))
 
@@ -312,16 +309,19 @@ def best_restart(hist, M: int, chain) -> VoteNoiseFit:
     w, p1, p0, ll, n_iter, converged = float(ws[b]), float(p1s[b]), float(p0s[b]), float(lls[b]), int(iters[b]), bool(conv[b])
     if p0 > p1:                                       # label convention: valid accepts more
         w, p1, p0 = 1 - w, p0, p1
-    resp = _responsibilities(hist, M, w, p1, p0)
+    resp = _responsibilities(M, w, p1, p0)
     return VoteNoiseFit(rho0=p0, rho1=1 - p1, weight_valid=w, loglik=ll,
                         votes_valid=M * float(np.sum(hist * resp)),
                         votes_invalid=M * float(np.sum(hist * (1 - resp))),
                         method="binomial_em", converged=converged, n_iter=n_iter)
 
 
-def _responsibilities(hist, M, w, p1, p0):
-    lv = fpmath.log(w) + _binom_logpmf_table(M, p1)
-    li = fpmath.log1p(-w) + _binom_logpmf_table(M, p0)
+def _responsibilities(M, w, p1, p0):
+    """P(valid | s accepts of M), s = 0..M, under w Bin(M, p1) + (1 - w) Bin(M, p0) (Eq. 5 with prior w); exp and
+    log through ``vrr.common.fpmath`` (the same bits on every CPU)."""
+    with np.errstate(divide="ignore"):
+        lv = fpmath.log(w) + _binom_logpmf_table(M, p1)
+        li = fpmath.log1p(-w) + _binom_logpmf_table(M, p0)
     return fpmath.exp(lv - np.logaddexp(lv, li))
 
 

@@ -31,8 +31,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..common import fpmath
-from .mixture import _binom_logpmf_table
+from .mixture import _responsibilities
 
 
 @dataclass(frozen=True)
@@ -49,11 +48,8 @@ class PPIFit:
 
 def em_posterior(M: int, rho0: float, rho1: float, weight_valid: float) -> np.ndarray:
     """r(s) = P(valid | s accepts of M) under the binomial mixture w Bin(M, 1 - rho1) + (1 - w) Bin(M, rho0)
-    (Eq. 5 with prior w), for s = 0..M; exp and log through ``vrr.common.fpmath`` (the same bits on every CPU)."""
-    with np.errstate(divide="ignore"):
-        lv = fpmath.log(weight_valid) + _binom_logpmf_table(M, 1.0 - rho1)
-        li = fpmath.log1p(-weight_valid) + _binom_logpmf_table(M, rho0)
-    return fpmath.exp(lv - np.logaddexp(lv, li))
+    (Eq. 5 with prior w), for s = 0..M: the label-free EM's responsibilities (``vrr.calibration.mixture``)."""
+    return _responsibilities(M, weight_valid, 1.0 - rho1, rho0)
 
 
 @lru_cache(maxsize=16)
