@@ -511,6 +511,10 @@ def _resolve(a) -> tuple[dict, dict]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["notebook"] and not any(t in ("-h", "--help") for t in argv[1:]):
+        # what make runs once per setting: none of the generation commands' imports (scipy among them)
+        return run_notebooks(parse_notebook_runs(argv[1:]))
     from .label.labeling import finalize_setting, relabel
     from .loop import runner, store, summary
     from .common.names import ForgivingParser
@@ -574,14 +578,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     j.add_argument("--start", type=count_arg, default=5000)
     j.add_argument("--problems", type=count_arg, default=40)
     j.add_argument("--out", help="JSON output")
-    argv = list(sys.argv[1:] if argv is None else argv)
     sub.add_parser("notebook", usage="python -m vrr notebook NOTEBOOK OUTPUT [-p NAME VALUE]... [NOTEBOOK OUTPUT ...]",
                    help="execute notebooks of the chain in one kernel, in order (what make runs); "
                         "-p NAME VALUE is a parameter of the notebook before it, its value read as YAML")
-    if argv[:1] == ["notebook"]:
-        if any(t in ("-h", "--help") for t in argv[1:]):
-            ap.parse_args(argv)
-        return run_notebooks(parse_notebook_runs(argv[1:]))
     a = ap.parse_args(argv)
     starts_engines = a.command == "measure-judge-styles" or (a.command == "generate" and not a.finalize_only)
     if starts_engines:
