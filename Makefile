@@ -44,7 +44,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 empty :=
 space := $(empty) $(empty)
 comma := ,
-NB_COMMON = -p setting $* -p data_root $(DATA) -p results_root $(RESULTS) -p seed $(SEED) \
+NB_COMMON = -p setting $(1) -p data_root $(DATA) -p results_root $(RESULTS) -p seed $(SEED) \
 	$(if $(MODEL),-p model $(MODEL)) $(if $(VERIFIER),-p verifier $(VERIFIER))
 # run NOTEBOOK OUTPUT ARGS: papermill into a temporary name, renamed only on success (vrr.chain.run_notebooks);
 # a signal stops the kernel and leaves no output. The command has no shell syntax, so make runs it
@@ -154,24 +154,32 @@ bench-engine: engine-env
 
 # ------------------------------------------------------------------ the chain, per setting
 # Simulated arrays are drawn into $(RESULTS)/<setting>/ (so two results roots never share them);
-# a real setting's 01 also depends on its committed arrays. The five notebooks of a setting are one rule
-# (a pattern rule with several targets makes them all in one run): they run in order in one kernel, its
-# namespace reset between notebooks, so each setting pays the kernel start and the imports once.
+# a real setting's 01 also depends on its committed arrays. Every setting's five notebooks are one rule, run by
+# one notebook runner: a setting's notebooks run in order in one kernel, its namespace reset between notebooks,
+# and make -jN gives the runner N kernels, each taking the next setting when it is free. The kernel start and the
+# imports are paid once per kernel, not once per setting. The notebooks are precious: a setting that fails does
+# not take the others' finished notebooks with it (the runner writes each one whole, or not at all).
 STEP_NOTEBOOKS := 01_generate 02_label 03_calibrate 04_replay 05_stats
 step_args = $(if $(filter 01_generate,$(1)),$(if $(N),-p n $(N)))$(if $(filter 05_stats,$(1)),-p n_resamples $(RESAMPLES))
-.SECONDEXPANSION:
-$(foreach s,$(STEP_NOTEBOOKS),$(RESULTS)/%/$(s).ipynb): settings/%.yaml $(SETTINGS_SRC) \
-		$(foreach s,$(STEP_NOTEBOOKS),notebooks/$(s).ipynb) $(VRR_SRC) $$(wildcard $(DATA)/real/$$*/arrays.npz) | env
-	@$(PY) -m vrr notebook $(foreach s,$(STEP_NOTEBOOKS),notebooks/$(s).ipynb $(RESULTS)/$*/$(s).ipynb $(NB_COMMON) $(call step_args,$(s)))
-
-# resampling controls only feed the loop-dynamics figure
-PAPER_SETTINGS = $(filter-out sim_nonstationary sim_nonstationary_control %_resample,$(SETTINGS))
-pick = $(or $(firstword $(filter $(1),$(SETTINGS))),$(2))
+setting_notebooks = $(foreach s,$(STEP_NOTEBOOKS),$(RESULTS)/$(1)/$(s).ipynb)
+# make -jN: N kernels; make -j (no limit): one per core; make: one
+make_jobs = $(if $(filter -j,$(MAKEFLAGS)),$(shell nproc),$(or $(patsubst -j%,%,$(filter -j%,$(MAKEFLAGS))),1))
 # make -j starts the settings in this order: the ones with ablations (the longest 05) first, so that no
 # long setting starts last and runs alone (the order of SETTINGS, which 06 reports in, is unchanged)
 ABLATION_SETTINGS := $(patsubst settings/%.yaml,%,$(shell grep -l '^ablations: *true' settings/*.yaml))
 CHAIN_ORDER = $(filter $(ABLATION_SETTINGS),$(SETTINGS)) $(filter-out $(ABLATION_SETTINGS),$(SETTINGS))
-$(RESULTS)/06_figures.ipynb: $(foreach s,$(CHAIN_ORDER),$(RESULTS)/$(s)/05_stats.ipynb) notebooks/06_figures.ipynb $(VRR_SRC)
+CHAIN_NOTEBOOKS = $(foreach s,$(CHAIN_ORDER),$(call setting_notebooks,$(s)))
+.PRECIOUS: $(CHAIN_NOTEBOOKS)
+$(CHAIN_NOTEBOOKS) &: $(foreach s,$(SETTINGS),settings/$(s).yaml) $(SETTINGS_SRC) \
+		$(foreach s,$(STEP_NOTEBOOKS),notebooks/$(s).ipynb) $(VRR_SRC) \
+		$(wildcard $(foreach s,$(SETTINGS),$(DATA)/real/$(s)/arrays.npz)) | env
+	@$(PY) -m vrr notebook --jobs $(make_jobs) $(foreach c,$(CHAIN_ORDER),--chain \
+	  $(foreach s,$(STEP_NOTEBOOKS),notebooks/$(s).ipynb $(RESULTS)/$(c)/$(s).ipynb $(call NB_COMMON,$(c)) $(call step_args,$(s))))
+
+# resampling controls only feed the loop-dynamics figure
+PAPER_SETTINGS = $(filter-out sim_nonstationary sim_nonstationary_control %_resample,$(SETTINGS))
+pick = $(or $(firstword $(filter $(1),$(SETTINGS))),$(2))
+$(RESULTS)/06_figures.ipynb: $(foreach s,$(SETTINGS),$(RESULTS)/$(s)/05_stats.ipynb) notebooks/06_figures.ipynb $(VRR_SRC)
 	$(call run_nb,notebooks/06_figures.ipynb,$@,-p results_root $(RESULTS) -p seed $(SEED) \
 	  -p settings "$(subst $(space),$(comma),$(strip $(PAPER_SETTINGS)))" \
 	  -p probe_setting $(call pick,gsm8k_cpu_favorable gsm8k_cpu_pmstress,sim_qwen3b_pmstress) \

@@ -323,6 +323,35 @@ def parse_notebook_runs(tokens: Sequence[str]) -> list[NotebookRun]:
     return runs
 
 
+def parse_notebook_chains(tokens: Sequence[str]) -> tuple[list[list[NotebookRun]], int]:
+    """``[--jobs J] RUNS [--chain RUNS]...`` (RUNS as in :func:`parse_notebook_runs`) -> (the chains, J).
+
+    ``--chain`` begins another chain: its notebooks run in order in one kernel, possibly beside the others."""
+    tokens = list(tokens)
+    jobs = 1
+    if tokens[:1] == ["--jobs"]:
+        if len(tokens) < 2 or not tokens[1].isdigit() or int(tokens[1]) < 1:
+            raise SystemExit(f"python -m vrr notebook: --jobs takes a number of kernels >= 1 (got {tokens[1:2]})")
+        jobs, tokens = int(tokens[1]), tokens[2:]
+    chains, part = [], []
+    for token in tokens + ["--chain"]:
+        if token == "--chain":
+            if part:
+                chains.append(parse_notebook_runs(part))
+            elif chains:
+                raise SystemExit("python -m vrr notebook: --chain with no notebook after it")
+            part = []
+        else:
+            part.append(token)
+    if not chains:
+        raise SystemExit("python -m vrr notebook: give NOTEBOOK OUTPUT [-p NAME VALUE]...")
+    return chains, jobs
+
+
+# The kernels keep no output cache (Out, _1, ...: with one, each namespace reset runs a full garbage collection,
+# ~0.07 s per notebook once scipy is loaded) and no input history (a SQLite file in the user's home, which
+# concurrent kernels would share). Neither changes what a notebook computes or shows.
+KERNEL_ARGUMENTS = ("--InteractiveShell.cache_size=0", "--HistoryManager.enabled=False")
 RUNNING_PREFIX = ".vrr-running-"   # a runner's folder of temporary notebooks, beside its outputs
 KERNEL_PREFIX = "vrr-kernel-"       # a runner's folder of kernel sockets, in the temporary folder
 
@@ -352,40 +381,67 @@ def remove_stale_runner_folders(folders: Sequence[Path]) -> list[Path]:
 
 
 def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = None) -> int:
-    """Execute notebooks in order with papermill, in one kernel; each output appears under its name only
-    when that notebook succeeded.
+    """Execute notebooks in order with papermill, in one kernel (:func:`run_notebook_chains` with one chain)."""
+    return run_notebook_chains([list(runs)], jobs=1, cwd=cwd)
 
-    The kernel is started once and its namespace is reset between notebooks (``vrr.common.notebook_engine``): a
-    notebook sees none of the previous one's variables, but the libraries imported before stay loaded,
-    which halves the CPU time of a setting's five notebooks (``docs/profile.md``). Each notebook runs into
-    ``<output>.tmp.ipynb`` inside this runner's own folder beside it (``.vrr-running-<pid>-t<start>-n<ns>``);
-    success renames it to ``output``; a failure keeps it as ``<output stem>.failed.ipynb``, prints the log
-    and runs nothing after it. SIGTERM, SIGINT and SIGHUP stop the kernel, and the death of the parent
-    (``make``, by any signal) sends SIGTERM (:func:`die_with_parent`), so killing ``make`` stops the whole
-    run and leaves no output that looks complete. The signal removes the runner's folder first: papermill
-    never creates a folder, so whatever it is still writing, however slowly the kernel dies, no temporary
-    notebook appears afterwards. The kernel has ``PR_SET_PDEATHSIG`` (SIGKILL) set: a runner killed by
-    SIGKILL takes its kernel with it, and the next runner removes the folders it left
-    (:func:`remove_stale_runner_folders`). Returns the exit status (0 on success, 1 on a failed notebook,
-    130 on a signal).
+
+def _run_log(chains: Sequence[Sequence[NotebookRun]]) -> Path:
+    """Where a run keeps the stderr of papermill and its kernels (shown only on failure): beside a single chain's
+    outputs, else in the folder that holds every chain's."""
+    if len(chains) == 1:
+        first, last = chains[0][0].output, chains[0][-1].output
+        return first.with_name(first.name + ".log") if len(chains[0]) == 1 else \
+            first.with_name(f"{first.stem}..{last.stem}.log")
+    common = Path(os.path.commonpath([str(run.output.parent.resolve()) for chain in chains for run in chain]))
+    return common / "notebook-chains.log"
+
+
+def run_notebook_chains(chains: Sequence[Sequence[NotebookRun]], jobs: int = 1,
+                        cwd: str | os.PathLike | None = None) -> int:
+    """Execute chains of notebooks with papermill on up to ``jobs`` kernels; each output appears under its name
+    only when that notebook succeeded.
+
+    A chain's notebooks run in order in one kernel; each kernel takes the next chain in the order given as soon as
+    it is free (``make reproduce`` passes one chain per setting, the longest first). A kernel is started once and
+    its namespace is reset between notebooks (``vrr.common.notebook_engine``): a notebook sees none of the previous
+    one's variables, but the libraries imported before stay loaded, so the start and the imports are paid once per
+    kernel, not once per setting (``docs/profile.md``). Each notebook runs into ``<output>.tmp.ipynb`` inside this
+    runner's own folder beside it (``.vrr-running-<pid>-t<start>-n<ns>``); success renames it to ``output``; a
+    failure keeps it as ``<output stem>.failed.ipynb`` and runs nothing more of that chain, while the other chains
+    go on (the kernel is started again if the failure took it down); the log is printed at the end. SIGTERM,
+    SIGINT and SIGHUP stop every kernel, and the death of the parent (``make``, by any signal) sends SIGTERM
+    (:func:`die_with_parent`), so killing ``make`` stops the whole run and leaves no output that looks complete.
+    The signal removes the runner's folders first: papermill never creates a folder, so whatever it is still
+    writing, however slowly a kernel dies, no temporary notebook appears afterwards. The kernels have
+    ``PR_SET_PDEATHSIG`` (SIGKILL) set: a runner killed by SIGKILL takes them with it, and the next runner
+    removes the folders it left (:func:`remove_stale_runner_folders`). Returns the exit status (0 on success,
+    1 when a notebook failed, 130 on a signal).
 
     When the environment variable ``VRR_NOTEBOOK_STARTED_LOG`` names a file, the output path of each notebook
     is appended to it, one line, as its kernel starts executing it: tests wait on that line to act while a
     given notebook runs (tests/test_make_signals.py).
     """
+    import queue
     import shutil
     import signal
     import tempfile
     import threading
 
+    chains = [list(chain) for chain in chains if chain]
+    if not chains:
+        raise ValueError("run_notebook_chains: no notebook to run")
+    jobs = max(1, min(int(jobs), len(chains)))
+    runs = [run for chain in chains for run in chain]
     owner = owner_tag()
     scratch = {Path(run.output.parent) / f"{RUNNING_PREFIX}{owner}" for run in runs}
+    stopping = threading.Event()
 
     def remove_scratch():
         for folder in scratch:
             shutil.rmtree(folder, ignore_errors=True)
 
     def stop(signum, _frame):
+        stopping.set()
         remove_scratch()
         raise KeyboardInterrupt(f"signal {signum}")
 
@@ -398,10 +454,9 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
               flush=True)
         return 130
     papermill = _import_papermill()
-    shared = register_shared_client_engine()
     from jupyter_client.manager import KernelManager
 
-    # One BLAS thread per kernel: make runs several settings at once, and extra OpenBLAS threads only spin.
+    # One BLAS thread per kernel: the kernels share the cores, and extra OpenBLAS threads only spin.
     # The printed numbers make no BLAS call (vrr.common.fpmath), so they do not depend on it.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     for run in runs:
@@ -409,83 +464,114 @@ def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = N
     remove_stale_runner_folders(sorted({run.output.parent for run in runs}))
     for folder in scratch:   # made here only: once a signal removed them, nothing makes them again
         folder.mkdir(exist_ok=True)
-    first, last = runs[0].output, runs[-1].output
-    # The kernel and papermill write to our stderr; keep it in a log that is shown only on failure.
-    log = first.with_name(first.name + ".log") if len(runs) == 1 else \
-        first.with_name(f"{first.stem}..{last.stem}.log")
-    # IPC transport (Unix sockets in a private directory of this run) rather than TCP: concurrent settings
-    # never race for a loopback port, and no other user of the machine can reach the kernel.
+    log = _run_log(chains)
+    # IPC transport (Unix sockets in a private directory of this run) rather than TCP: concurrent runs
+    # never race for a loopback port, and no other user of the machine can reach a kernel.
     socket_dir = tempfile.mkdtemp(prefix=f"{KERNEL_PREFIX}{owner}-")
-    km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(socket_dir, "kernel"))
-    state: dict[str, Any] = {"current": None, "error": None}
+    kernels = [KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(socket_dir, f"kernel{i}"))
+               for i in range(jobs)]
+    pending: queue.SimpleQueue = queue.SimpleQueue()
+    for chain in chains:
+        pending.put(chain)
+    current: list[NotebookRun | None] = [None] * jobs
+    failures: list[tuple[NotebookRun, BaseException]] = []
     started_log = os.environ.get("VRR_NOTEBOOK_STARTED_LOG")
 
     def temporary(run: NotebookRun) -> Path:
         return run.output.parent / f"{RUNNING_PREFIX}{owner}" / (run.output.name + ".tmp.ipynb")
 
-    def execute_all():
+    def start_kernel(km):
+        km.start_kernel(cwd=str(cwd or REPO_ROOT), extra_arguments=list(KERNEL_ARGUMENTS),
+                        preexec_fn=death_signal_preexec(signal.SIGKILL, os.getpid()))
+
+    def execute_chains(i: int):
         # Runs in a worker thread: nbclient's own SIGTERM handler (installed only from the main thread)
         # would shut the kernel down gracefully and let the notebook go on; ours stops the run at once.
+        km, engine = kernels[i], f"{SHARED_CLIENT_ENGINE}-{i}"
+        shared = register_shared_client_engine(engine)
         try:
-            for run in runs:
-                state["current"] = run
-                print(f"[papermill] {run.notebook.name} -> {run.output}", flush=True)
-                if started_log:
-                    with open(started_log, "a") as fh:
-                        fh.write(f"{run.output}\n")
-                tmp = temporary(run)
-                papermill.execute_notebook(str(run.notebook), str(tmp), parameters=run.parameters,
-                                           cwd=str(cwd or REPO_ROOT), progress_bar=False, log_output=False, km=km,
-                                           engine_name=SHARED_CLIENT_ENGINE)
-                os.replace(tmp, run.output)
-                run.output.with_name(run.output.stem + ".failed.ipynb").unlink(missing_ok=True)
-            state["current"] = None
-        except BaseException as exc:  # papermill's execution error carries the failing cell's traceback
-            state["error"] = exc
+            while not stopping.is_set():
+                try:
+                    chain = pending.get_nowait()
+                except queue.Empty:
+                    return
+                for run in chain:
+                    if stopping.is_set():
+                        return
+                    if not km.is_alive():   # a failure before took the kernel down: a fresh one for the rest
+                        if shared["client"] is not None:
+                            shared["client"].stop_channels()
+                            shared["client"] = None
+                        start_kernel(km)
+                    current[i] = run
+                    print(f"[papermill] {run.notebook.name} -> {run.output}", flush=True)
+                    if started_log:
+                        with open(started_log, "a") as fh:
+                            fh.write(f"{run.output}\n")
+                    tmp = temporary(run)
+                    try:
+                        papermill.execute_notebook(str(run.notebook), str(tmp), parameters=run.parameters,
+                                                   cwd=str(cwd or REPO_ROOT), progress_bar=False, log_output=False,
+                                                   km=km, engine_name=engine)
+                    except BaseException as exc:  # papermill's execution error carries the failing cell's traceback
+                        if stopping.is_set():
+                            return
+                        print(exc, file=sys.stderr, flush=True)
+                        failures.append((run, exc))
+                        failed = run.output.with_name(run.output.stem + ".failed.ipynb")
+                        if tmp.exists():
+                            os.replace(tmp, failed)
+                        break   # nothing after a failed notebook of this chain
+                    os.replace(tmp, run.output)
+                    run.output.with_name(run.output.stem + ".failed.ipynb").unlink(missing_ok=True)
+                current[i] = None
         finally:
+            if not stopping.is_set():
+                current[i] = None
             if shared["client"] is not None:
                 shared["client"].stop_channels()
 
-    status, worker = 0, None
+    status, workers = 0, []
     saved_stderr = os.dup(2)
     with open(log, "w") as log_fh:
         os.dup2(log_fh.fileno(), 2)
         try:
-            km.start_kernel(cwd=str(cwd or REPO_ROOT), preexec_fn=death_signal_preexec(signal.SIGKILL, os.getpid()))
-            worker = threading.Thread(target=execute_all, name="vrr-notebooks", daemon=True)
-            worker.start()
-            while worker.is_alive():
-                worker.join(0.2)
-            if state["error"] is not None:
-                print(state["error"], file=sys.stderr, flush=True)
-                status = 1
+            for km in kernels:   # all from this thread, before any worker: their PR_SET_PDEATHSIG is the runner's
+                start_kernel(km)
+            workers = [threading.Thread(target=execute_chains, args=(i,), name=f"vrr-notebooks-{i}", daemon=True)
+                       for i in range(jobs)]
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                while worker.is_alive():
+                    worker.join(0.2)
+            status = 1 if failures else 0
         except KeyboardInterrupt:
+            stopping.set()
             status = 130
         finally:
             if status == 130:
-                remove_scratch()   # before the kernel is stopped: no late write of papermill lands anywhere
-            if km.has_kernel:
-                # every output is written by this process, not the kernel: nothing is lost by not waiting up to a
-                # second for its graceful exit
-                km.shutdown_kernel(now=True)
-            if worker is not None:
-                worker.join(30)   # the dead kernel ends the notebook's execution; wait for papermill's last write
+                remove_scratch()   # before the kernels are stopped: no late write of papermill lands anywhere
+            for km in kernels:
+                if km.has_kernel:
+                    # every output is written by this process, not the kernel: nothing is lost by not waiting up
+                    # to a second for its graceful exit
+                    km.shutdown_kernel(now=True)
+            for worker in workers:
+                worker.join(30)   # a dead kernel ends its notebook's execution; wait for papermill's last write
             shutil.rmtree(socket_dir, ignore_errors=True)
             sys.stderr.flush()
             os.dup2(saved_stderr, 2)
             os.close(saved_stderr)
-    current = state["current"]
-    if current is not None:
-        tmp = temporary(current)
-        if status == 130:
-            print(f"INTERRUPTED: {current.output} (nothing written; log {log})", file=sys.stderr, flush=True)
-        else:
-            failed = current.output.with_name(current.output.stem + ".failed.ipynb")
-            if tmp.exists():
-                os.replace(tmp, failed)
-            sys.stderr.write(log.read_text()[-8000:])
-            print(f"FAILED: {current.output} (see {failed} and {log})", file=sys.stderr, flush=True)
-    elif status == 0:
+    if status == 130:
+        for run in [r for r in current if r is not None] or [runs[0]]:
+            print(f"INTERRUPTED: {run.output} (nothing written; log {log})", file=sys.stderr, flush=True)
+    elif failures:
+        sys.stderr.write(log.read_text()[-8000:])
+        for run, _exc in failures:
+            failed = run.output.with_name(run.output.stem + ".failed.ipynb")
+            print(f"FAILED: {run.output} (see {failed} and {log})", file=sys.stderr, flush=True)
+    else:
         log.unlink(missing_ok=True)
     remove_scratch()
     return status
@@ -514,7 +600,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["notebook"] and not any(t in ("-h", "--help") for t in argv[1:]):
         # what make runs once per setting: none of the generation commands' imports (scipy among them)
-        return run_notebooks(parse_notebook_runs(argv[1:]))
+        chains, jobs = parse_notebook_chains(argv[1:])
+        return run_notebook_chains(chains, jobs=jobs)
     from .label.labeling import finalize_setting, relabel
     from .loop import runner, store, summary
     from .common.names import ForgivingParser
@@ -578,9 +665,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     j.add_argument("--start", type=count_arg, default=5000)
     j.add_argument("--problems", type=count_arg, default=40)
     j.add_argument("--out", help="JSON output")
-    sub.add_parser("notebook", usage="python -m vrr notebook NOTEBOOK OUTPUT [-p NAME VALUE]... [NOTEBOOK OUTPUT ...]",
-                   help="execute notebooks of the chain in one kernel, in order (what make runs); "
-                        "-p NAME VALUE is a parameter of the notebook before it, its value read as YAML")
+    sub.add_parser("notebook", usage="python -m vrr notebook [--jobs J] NOTEBOOK OUTPUT [-p NAME VALUE]... "
+                                     "[NOTEBOOK OUTPUT ...] [--chain NOTEBOOK OUTPUT ...]...",
+                   help="execute notebooks of the chain in order in one kernel (what make runs); "
+                        "-p NAME VALUE is a parameter of the notebook before it, its value read as YAML; "
+                        "--chain begins another chain, and --jobs J runs the chains on J kernels at once")
     a = ap.parse_args(argv)
     starts_engines = a.command == "measure-judge-styles" or (a.command == "generate" and not a.finalize_only)
     if starts_engines:

@@ -1,4 +1,5 @@
-"""A papermill engine under which the notebooks of one run share one kernel client (``vrr.chain.run_notebooks``).
+"""A papermill engine under which the notebooks run on one kernel share one kernel client
+(``vrr.chain.run_notebook_chains``).
 
 papermill's own engine starts a new kernel client per notebook, and every new client waits for the kernel's
 readiness (jupyter_client's ``wait_for_ready`` sits at least 0.2 s on IOPub): a setting's five notebooks and the
@@ -16,9 +17,10 @@ RESET_KERNEL = "get_ipython().reset(new_session=True)"
 SHARED_CLIENT_ENGINE = "vrr-shared-client"
 
 
-def register_shared_client_engine() -> dict:
-    """Register the engine :data:`SHARED_CLIENT_ENGINE` (module docstring) for one run of notebooks; returns its
-    holder, ``{"client": None}`` until the first notebook has started its client."""
+def register_shared_client_engine(name: str = SHARED_CLIENT_ENGINE) -> dict:
+    """Register the papermill engine ``name`` (module docstring) for the notebooks of one kernel; returns its
+    holder, ``{"client": None}`` until the first notebook has started its client (a runner with several kernels
+    registers one engine per kernel)."""
     from nbclient.util import ensure_async, run_sync
     from papermill.clientwrap import PapermillNotebookClient
     from papermill.engines import NBClientEngine, papermill_engines
@@ -51,5 +53,5 @@ def register_shared_client_engine() -> dict:
                 log=logger, log_output=log_output, stdout_file=stdout_file,
                 stderr_file=stderr_file).execute()
 
-    papermill_engines.register(SHARED_CLIENT_ENGINE, SharedClientEngine)
+    papermill_engines.register(name, SharedClientEngine)
     return holder
