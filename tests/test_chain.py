@@ -15,7 +15,7 @@ import nbformat
 import pytest
 
 from conftest import CHAIN_RESAMPLES, CHAIN_SUBSET
-from vrr.chain import parse_notebook_runs
+from vrr.chain import parse_notebook_chains, parse_notebook_runs
 
 REPO = Path(__file__).resolve().parent.parent
 STEPS = ("01_generate", "02_label", "03_calibrate", "04_replay", "05_stats")
@@ -90,15 +90,18 @@ def test_the_chain_calibrations_are_the_in_process_ones(chain_results, calibrati
 
 @pytest.mark.chain
 def test_a_kernel_per_notebook_writes_the_same_bytes_as_the_shared_kernel(chain_results, tmp_path):
-    """make runs a setting's five notebooks in one kernel; run one kernel per notebook instead (five
-    ``python -m vrr notebook`` calls into a fresh root), and the calibration, replay, statistics and
-    tables are byte-identical: nothing a notebook leaves in the kernel changes the next one's numbers."""
+    """make -j2 runs the settings' notebooks on two kernels, each kernel taking setting after setting (the chain
+    fixture: CHAIN_SUBSET); run one kernel per notebook instead (five ``python -m vrr notebook`` calls into a
+    fresh root), and the calibration, replay, statistics and tables are byte-identical: nothing a notebook or a
+    setting leaves in a kernel changes the next one's numbers."""
     setting = "gsm8k_cpu_pmstress"
+    assert setting in CHAIN_SUBSET and len(CHAIN_SUBSET) > 2   # so that the fixture's kernels ran other settings too
     dry = subprocess.run(["make", "-n", "--no-print-directory", f"RESULTS={tmp_path}", f"RESAMPLES={CHAIN_RESAMPLES}",
-                          str(tmp_path / setting / "05_stats.ipynb")], cwd=REPO, capture_output=True, text=True)
+                          f"SETTINGS={setting}", str(tmp_path / setting / "05_stats.ipynb")], cwd=REPO,
+                         capture_output=True, text=True)
     line = next(l for l in dry.stdout.splitlines() if " -m vrr notebook " in l)
-    runs = parse_notebook_runs(shlex.split(line)[4:])
-    assert [r.notebook.name for r in runs] == [f"{s}.ipynb" for s in STEPS]
+    (runs,), jobs = parse_notebook_chains(shlex.split(line)[4:])
+    assert jobs == 1 and [r.notebook.name for r in runs] == [f"{s}.ipynb" for s in STEPS]
     for r in runs:
         args = [x for k, v in r.parameters.items() for x in ("-p", k, json.dumps(v))]
         proc = _run_notebooks(r.notebook, r.output, *args)
@@ -161,6 +164,72 @@ def test_a_failed_notebook_stops_the_run_and_keeps_only_the_finished_outputs(tmp
     assert not (REPO / "ran-after").exists()
     assert not list(out.glob("*.tmp.ipynb"))
     assert (out / "ok..after.log").is_file()
+
+
+def test_a_failed_chain_costs_the_other_chains_nothing(tmp_path):
+    """Three chains on two kernels: the failing one stops at its bad notebook (kept as *.failed.ipynb, the one
+    after it never runs) while the others finish and are published; a notebook that takes its kernel down
+    (os._exit) costs only its own chain, the next chain on that kernel gets a fresh one; the run exits 1
+    naming each failure, and its log lies where every chain's outputs meet."""
+    ok = _notebook(tmp_path / "ok.ipynb", "a = 1", "b = a")
+    bad = _notebook(tmp_path / "bad.ipynb", "a = 1", "raise ValueError('broken step')")
+    dies = _notebook(tmp_path / "dies.ipynb", "a = 1", "import os\nos._exit(3)")
+    after = _notebook(tmp_path / "after.ipynb", "a = 1", "open('ran-after', 'w').close()")
+    out = tmp_path / "out"
+    proc = _run_notebooks("--jobs", 2, ok, out / "a" / "ok.ipynb", bad, out / "a" / "bad.ipynb",
+                          after, out / "a" / "after.ipynb",
+                          "--chain", dies, out / "b" / "dies.ipynb", after, out / "b" / "after.ipynb",
+                          "--chain", ok, out / "c" / "ok.ipynb", ok, out / "c" / "ok2.ipynb",
+                          "--chain", ok, out / "d" / "ok.ipynb")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "broken step" in proc.stderr
+    assert f"FAILED: {out / 'a' / 'bad.ipynb'}" in proc.stderr and f"FAILED: {out / 'b' / 'dies.ipynb'}" in proc.stderr
+    assert sorted(p.name for p in (out / "a").iterdir()) == ["bad.failed.ipynb", "ok.ipynb"]
+    assert sorted(p.name for p in (out / "b").iterdir()) == ["dies.failed.ipynb"]
+    assert sorted(p.name for p in (out / "c").iterdir()) == ["ok.ipynb", "ok2.ipynb"]
+    assert sorted(p.name for p in (out / "d").iterdir()) == ["ok.ipynb"]
+    assert not (REPO / "ran-after").exists()
+    assert (out / "notebook-chains.log").is_file()
+
+
+def test_chains_run_side_by_side_on_their_own_kernels(tmp_path):
+    """--jobs 2: two chains, each notebook of which waits for a file the other chain's first notebook writes,
+    finish only if they run at the same time (an event, no clock); each chain's second notebook runs in its
+    chain's kernel (the first one's import is still loaded) with a fresh namespace."""
+    def waiter(me, other):
+        return _notebook(tmp_path / f"{me}.ipynb", "flag = ''",
+                         f"import pathlib, time, fractions\npathlib.Path(flag, '{me}').touch()\n"
+                         f"while not pathlib.Path(flag, '{other}').exists():\n    time.sleep(0.05)")
+    probe = _notebook(tmp_path / "probe.ipynb", "x = 0",
+                      "import sys\nprint('flag' in globals(), 'fractions' in sys.modules)")
+    out, flags = tmp_path / "out", tmp_path / "flags"
+    flags.mkdir()
+    proc = _run_notebooks("--jobs", 2, waiter("one", "two"), out / "1" / "w.ipynb", "-p", "flag", flags,
+                          probe, out / "1" / "probe.ipynb",
+                          "--chain", waiter("two", "one"), out / "2" / "w.ipynb", "-p", "flag", flags,
+                          probe, out / "2" / "probe.ipynb")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for chain in ("1", "2"):
+        ran = nbformat.read(out / chain / "probe.ipynb", as_version=4)
+        assert [c for c in ran.cells if c.cell_type == "code"][-1].outputs[0]["text"].strip() == "False True"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--jobs", "0", "a.ipynb", "o.ipynb"], "--jobs takes a number"),
+    (["a.ipynb", "o.ipynb", "--chain"], "--chain with no notebook"),
+    (["a.ipynb", "o.ipynb", "--chain", "--chain", "b.ipynb", "p.ipynb"], "--chain with no notebook"),
+])
+def test_notebook_chain_command_line_errors_name_the_problem(args, message):
+    with pytest.raises(SystemExit, match=message):
+        parse_notebook_chains(args)
+
+
+def test_notebook_chains_parse_into_runs_and_jobs():
+    chains, jobs = parse_notebook_chains(["--jobs", "3", "a.ipynb", "o1.ipynb", "-p", "k", "1",
+                                          "--chain", "b.ipynb", "o2.ipynb", "c.ipynb", "o3.ipynb"])
+    assert jobs == 3
+    assert [[(str(r.notebook), str(r.output), r.parameters) for r in chain] for chain in chains] == \
+        [[("a.ipynb", "o1.ipynb", {"k": 1})], [("b.ipynb", "o2.ipynb", {}), ("c.ipynb", "o3.ipynb", {})]]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -454,7 +454,8 @@ def run_notebook_chains(chains: Sequence[Sequence[NotebookRun]], jobs: int = 1,
               flush=True)
         return 130
     papermill = _import_papermill()
-    from jupyter_client.manager import KernelManager
+    from jupyter_client.manager import AsyncKernelManager
+    from jupyter_core.utils import run_sync
 
     # One BLAS thread per kernel: the kernels share the cores, and extra OpenBLAS threads only spin.
     # The printed numbers make no BLAS call (vrr.common.fpmath), so they do not depend on it.
@@ -468,7 +469,10 @@ def run_notebook_chains(chains: Sequence[Sequence[NotebookRun]], jobs: int = 1,
     # IPC transport (Unix sockets in a private directory of this run) rather than TCP: concurrent runs
     # never race for a loopback port, and no other user of the machine can reach a kernel.
     socket_dir = tempfile.mkdtemp(prefix=f"{KERNEL_PREFIX}{owner}-")
-    kernels = [KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(socket_dir, f"kernel{i}"))
+    # Asynchronous kernel managers, as nbclient's own: their clients wait for a cell's output without blocking
+    # the event loop, so that nbclient's check of the kernel's life runs and a kernel that dies ends its
+    # notebook (DeadKernelError) instead of leaving the runner waiting forever.
+    kernels = [AsyncKernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(socket_dir, f"kernel{i}"))
                for i in range(jobs)]
     pending: queue.SimpleQueue = queue.SimpleQueue()
     for chain in chains:
@@ -481,7 +485,7 @@ def run_notebook_chains(chains: Sequence[Sequence[NotebookRun]], jobs: int = 1,
         return run.output.parent / f"{RUNNING_PREFIX}{owner}" / (run.output.name + ".tmp.ipynb")
 
     def start_kernel(km):
-        km.start_kernel(cwd=str(cwd or REPO_ROOT), extra_arguments=list(KERNEL_ARGUMENTS),
+        run_sync(km.start_kernel)(cwd=str(cwd or REPO_ROOT), extra_arguments=list(KERNEL_ARGUMENTS),
                         preexec_fn=death_signal_preexec(signal.SIGKILL, os.getpid()))
 
     def execute_chains(i: int):
@@ -498,7 +502,7 @@ def run_notebook_chains(chains: Sequence[Sequence[NotebookRun]], jobs: int = 1,
                 for run in chain:
                     if stopping.is_set():
                         return
-                    if not km.is_alive():   # a failure before took the kernel down: a fresh one for the rest
+                    if not run_sync(km.is_alive)():   # a failure before took the kernel down: a fresh one for the rest
                         if shared["client"] is not None:
                             shared["client"].stop_channels()
                             shared["client"] = None
@@ -556,7 +560,7 @@ def run_notebook_chains(chains: Sequence[Sequence[NotebookRun]], jobs: int = 1,
                 if km.has_kernel:
                     # every output is written by this process, not the kernel: nothing is lost by not waiting up
                     # to a second for its graceful exit
-                    km.shutdown_kernel(now=True)
+                    run_sync(km.shutdown_kernel)(now=True)
             for worker in workers:
                 worker.join(30)   # a dead kernel ends its notebook's execution; wait for papermill's last write
             shutil.rmtree(socket_dir, ignore_errors=True)
