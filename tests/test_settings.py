@@ -122,6 +122,26 @@ def test_bad_settings_name_the_file_and_the_field(tmp_path, body, field, message
     assert info.value.field == field and message in info.value.problem and str(path) in str(info.value)
 
 
+def test_a_setting_loaded_again_sees_its_files_as_they_are_now(tmp_path):
+    """load_config keeps each file's parse (every notebook loads its setting again): a changed base or setting is
+    read anew, a file that turned bad is an error again, and a caller who edits what it got changes nobody else's."""
+    path = _write(tmp_path, "s", "include: base.yaml\nname: s\nwindow: {N: 10}\n", base="gsm8k_cpu_favorable")
+    first = load_config(path)
+    first["window"]["N"] = 999
+    first["verifier"]["style"] = "edited"
+    again = load_config(path)
+    assert again["window"]["N"] == 10 and again["verifier"]["style"] != "edited"
+    path.write_text("include: base.yaml\nname: s\nwindow: {N: 12}\n")
+    assert load_config(path)["window"]["N"] == 12
+    base = tmp_path / "base.yaml"
+    base.write_text(base.read_text().replace("\nM: 8\n", "\nM: 7\n"))
+    assert load_config(path)["M"] == 7
+    path.write_text("include: base.yaml\nname: s\nwindow: {N: 12}\nM: true\n")
+    for _ in range(2):
+        with pytest.raises(SettingConfigError, match="must be an integer"):
+            load_config(path)
+
+
 def test_include_cycle_is_an_error(tmp_path):
     (tmp_path / "a.yaml").write_text("include: b.yaml\nname: a\n")
     (tmp_path / "b.yaml").write_text("include: a.yaml\n")

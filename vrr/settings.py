@@ -366,6 +366,14 @@ def _read_yaml(path: Path) -> dict:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise SettingConfigError(path, "<file>", f"not UTF-8 text ({exc})") from exc
+    return copy.deepcopy(_parse_mapping(text, path))
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_mapping(text: str, path: Path) -> dict:
+    """The top-level mapping of a settings file's ``text``, kept per (text, path): every notebook of a run loads
+    its setting again, and the pure-Python YAML parser is most of that; a file that changes is parsed again,
+    and a caller gets a copy (:func:`_read_yaml`)."""
     raw = parse_yaml(text, path)
     if not isinstance(raw, dict):
         raise SettingConfigError(path, "<file>", "expected a mapping at top level")
