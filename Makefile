@@ -46,10 +46,10 @@ space := $(empty) $(empty)
 comma := ,
 NB_COMMON = -p setting $(1) -p data_root $(DATA) -p results_root $(RESULTS) -p seed $(SEED) \
 	$(if $(MODEL),-p model $(MODEL)) $(if $(VERIFIER),-p verifier $(VERIFIER))
-# run NOTEBOOK OUTPUT ARGS: papermill into a temporary name, renamed only on success (vrr.chain.run_notebook_chains);
+# run NOTEBOOK OUTPUT ARGS: papermill into a temporary name, renamed only on success (vrr.common.notebook_runner);
 # a signal stops the kernel and leaves no output. The command has no shell syntax, so make runs it
 # directly and its SIGTERM reaches the runner. VRR_MAKE_PID (make's own pid) lets a runner that starts after
-# make died see it (vrr.chain.die_with_parent).
+# make died see it (vrr.common.notebook_runner.die_with_parent).
 export VRR_MAKE_PID := $(shell echo $$PPID)
 define run_nb
 	@$(PY) -m vrr notebook $(1) $(2) $(3)

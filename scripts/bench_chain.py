@@ -44,7 +44,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-# as in the chain's kernels (vrr.chain.run_notebook_chains): one BLAS thread per process
+# as in the chain's kernels (vrr.common.notebook_runner.run_notebook_chains): one BLAS thread per process
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -62,7 +62,7 @@ def make_vars(results: Path, args) -> list[str]:
 
 def notebook_commands(results: Path, args) -> list[tuple[str, str, dict]]:
     """(notebook, output, parameters) of every notebook ``make reproduce`` runs, in make's order."""
-    from vrr.chain import parse_notebook_chains
+    from vrr.common.notebook_runner import parse_notebook_chains
 
     dry = subprocess.run(["make", "-n", "reproduce", *make_vars(results, args)], cwd=REPO, check=True,
                          capture_output=True, text=True).stdout

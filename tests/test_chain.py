@@ -15,7 +15,7 @@ import nbformat
 import pytest
 
 from conftest import CHAIN_RESAMPLES, CHAIN_SUBSET
-from vrr.chain import parse_notebook_chains, parse_notebook_runs
+from vrr.common.notebook_runner import parse_notebook_chains, parse_notebook_runs
 
 REPO = Path(__file__).resolve().parent.parent
 STEPS = ("01_generate", "02_label", "03_calibrate", "04_replay", "05_stats")

@@ -1,5 +1,5 @@
 """A papermill engine under which the notebooks run on one kernel share one kernel client
-(``vrr.chain.run_notebook_chains``).
+(``vrr.common.notebook_runner.run_notebook_chains``).
 
 papermill's own engine starts a new kernel client per notebook, and every new client waits for the kernel's
 readiness (jupyter_client's ``wait_for_ready`` sits at least 0.2 s on IOPub): a setting's five notebooks and the
