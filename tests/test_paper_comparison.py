@@ -158,7 +158,7 @@ def test_the_implied_values_follow_the_papers_model_and_are_cached_by_their_inpu
             assert abs(values[name][policy] - q[k]) < 4 * np.sqrt(q[k] * (1 - q[k]) / n), (name, policy)
     # the implied Llama row has binomial votes: its label-free EM is not the collapse of the beta-binomial window
     assert values["sim_llama3_8b_pmstress"]["VRR-Stop"] > 0.7
-    cache = tmp_path / pc.IMPLIED_CACHE
+    cache = tmp_path / "sim_qwen3b_pmstress" / pc.IMPLIED_CACHE   # one file per setting
     stored = json.loads(cache.read_text())
     stored["values"]["sim_qwen3b_pmstress"]["No repair"] = 0.123   # what a reread of the cache returns
     cache.write_text(json.dumps(stored))
@@ -167,6 +167,21 @@ def test_the_implied_values_follow_the_papers_model_and_are_cached_by_their_inpu
     other = implied_values(["sim_qwen3b_pmstress"], tmp_path, n=n, seed=1)   # other inputs: recomputed
     assert other["sim_qwen3b_pmstress"]["No repair"] != 0.123
     assert json.loads(cache.read_text())["key"] != stored["key"]
+    # a setting's values do not depend on which others are computed with it
+    alone = implied_values(["sim_llama3_8b_pmstress"], tmp_path / "alone", n=n)
+    assert alone["sim_llama3_8b_pmstress"] == values["sim_llama3_8b_pmstress"]
+
+
+def test_a_settings_own_steps_compute_its_implied_values_and_only_where_the_paper_prints_them(tmp_path):
+    """04_replay calls setting_implied_values: a transcribed stationary setting gets its values (what 06 then reads
+    from the cache), a setting the paper prints nothing for, or one with a round-dependent schedule, gets None."""
+    got = pc.setting_implied_values("sim_qwen3b_pmstress", tmp_path, n=20_000)
+    assert got == implied_values(["sim_qwen3b_pmstress"], tmp_path, n=20_000)["sim_qwen3b_pmstress"]
+    assert (tmp_path / "sim_qwen3b_pmstress" / pc.IMPLIED_CACHE).is_file()
+    assert pc.setting_implied_values("mbpp_cpu_loop", tmp_path, n=20_000) is None
+    assert "schedule" in vrr.load_config("sim_nonstationary")
+    assert pc.setting_implied_values("sim_nonstationary", tmp_path, n=20_000) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sim_qwen3b_pmstress"]
 
 
 def _fake_results(root, name, shift):
@@ -174,7 +189,7 @@ def _fake_results(root, name, shift):
     plus ``shift``, with a 1.5 pp CI."""
     cfg = vrr.load_config(name)
     implied = implied_values([name], root, n=20_000)[name]
-    (root / name).mkdir(parents=True)
+    (root / name).mkdir(parents=True, exist_ok=True)
     rows = [{"policy": p, "V": v + shift, "V_low": v + shift - 0.015, "V_high": v + shift + 0.015}
             for p, v in implied.items()]
     (root / name / "stats.json").write_text(json.dumps({"policy_table": rows}))

@@ -13,8 +13,10 @@ from .paper import (  # noqa: F401
 )
 from .render import (  # noqa: F401
     fig_cross_setting, fig_flip_grid, fig_gain_geometry, fig_loop_dynamics, fig_pareto, fig_probe_separation,
-    fig_signal_quality, interval_text, paired_interval_text, read_csv, save_figure, write_table,
+    FigureWriter, fig_signal_quality, interval_text, paired_interval_text, read_csv, save_figure, write_table,
 )
 from ..calibration.check import check_summary_line, folds_verdict_text  # noqa: F401  (03_calibrate, vrr status)
 from .calibration_ablation_table import table_calibration_ablation  # noqa: F401
-from .paper_comparison import paper_comparison_summary, table_paper_comparison  # noqa: F401
+from .paper_comparison import (  # noqa: F401
+    paper_comparison_summary, setting_implied_values, table_paper_comparison,
+)

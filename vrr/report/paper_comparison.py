@@ -13,8 +13,8 @@ phrase beside the value, and the column header). ``tests/test_paper_comparison.p
   round's validity Q_k the same bootstrap of the window's labels;
 * the value the paper's parameters imply: the same policy replayed on ``IMPLIED_N`` instances drawn from the
   paper's four-parameter stationary model (the setting's ``params``, binomial votes, no schedule) under the
-  setting's protocol with the paper's label-free binomial EM (:func:`implied_values`, cached under the results
-  root by a content hash of its inputs), with its binomial 95 % CI;
+  setting's protocol with the paper's label-free binomial EM (:func:`implied_values`, computed in the setting's
+  04_replay and cached beside its results by a content hash of its inputs), with its binomial 95 % CI;
 * the verdict (``VERDICTS``): reproduced (the paper's value is inside our CI), the paper's value is inconsistent
   with its own parameters (outside the implied value's CI while our CI holds the implied value), or our model
   differs, with how (:func:`model_departures`). A printed value stands for an interval of half a unit in its last
@@ -148,23 +148,23 @@ def implied_values(names: Sequence[str], cache_dir: str | Path, n: int = IMPLIED
     stationary model with the setting's ``params`` (binomial votes, K_max, M), under the setting's protocol with
     the paper's label-free binomial EM (``ReplayConfig.from_setting``, cross-fit seed ``seed``). The draw's seed
     is ``vrr.data.simulate.simulation_seed`` of "<setting>:implied" with the setting's seed, independent of the
-    setting's own window. Cached in ``cache_dir/paper_implied.json`` under the SHA-256 of every input
-    (:func:`_implied_inputs`); a cache for other inputs is recomputed."""
+    setting's own window and of the other settings. Cached per setting in ``cache_dir/<setting>/paper_implied.json``
+    under the SHA-256 of every input (:func:`_implied_inputs`); a cache for other inputs is recomputed."""
     from ..core.model import NoiseParams
     from ..data.simulate import simulate_setting, simulation_seed
     from ..policies.replay import ReplayConfig, replay
     from ..settings import load_config
 
-    names = sorted(set(names))
-    inputs = _implied_inputs(names, n, seed)
-    key = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
-    path = Path(cache_dir) / IMPLIED_CACHE
-    if path.is_file():
-        cached = read_json(path)
-        if cached.get("key") == key:
-            return cached["values"]
     values = {}
-    for name in names:
+    for name in sorted(set(names)):
+        inputs = _implied_inputs([name], n, seed)
+        key = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+        path = Path(cache_dir) / name / IMPLIED_CACHE
+        if path.is_file():
+            cached = read_json(path)
+            if cached.get("key") == key:
+                values[name] = cached["values"][name]
+                continue
         cfg = load_config(name)
         params = NoiseParams(**{k: float(cfg["params"][k]) for k in ("rho0", "rho1", "alpha", "beta", "pi")})
         setting = simulate_setting(params, n=n, k_max=int(cfg["K_max"]), M=int(cfg["M"]),
@@ -173,8 +173,29 @@ def implied_values(names: Sequence[str], cache_dir: str | Path, n: int = IMPLIED
                                            likelihood="binomial")
         res = replay(setting, config, policies=IMPLIED_POLICIES)
         values[name] = {policy: float(v.mean()) for policy, v in res.validity.items()}
-    write_json(path, {"key": key, "inputs": inputs, "values": values})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, {"key": key, "inputs": inputs, "values": {name: values[name]}})
     return values
+
+
+def _has_implied_values(cfg: dict) -> bool:
+    """Whether the paper's parameters imply values for a transcribed setting: its model is the paper's stationary
+    one (no round-dependent ``schedule``, for which the paper prints no parameters)."""
+    return "schedule" not in cfg
+
+
+def setting_implied_values(setting: str, results_root: str | Path, n: int = IMPLIED_N,
+                           seed: int = 0) -> dict | None:
+    """:func:`implied_values` of one setting, computed (and cached under ``results_root/<setting>/``) while the
+    setting's own steps run, so that 06's :func:`table_paper_comparison` only reads it; None where the paper prints
+    no value for the setting or no parameters for its model."""
+    from ..settings import load_config
+
+    if setting not in {g["setting"] for g in paper_value_groups(read_paper_values())}:
+        return None
+    if not _has_implied_values(load_config(setting)):
+        return None
+    return implied_values([setting], results_root, n=n, seed=seed)[setting]
 
 
 def binomial_interval(v: float, n: int) -> tuple[float, float]:
@@ -238,7 +259,7 @@ def paper_comparison_rows(results_root: str | Path, values: Sequence[dict] | Non
     present = [s for s in dict.fromkeys(g["setting"] for g in groups)
                if (root / s / "stats.json").is_file() and (root / s / "calibration.json").is_file()]
     configs = {s: load_config(s) for s in present}
-    with_params = [s for s in present if "schedule" not in configs[s]]
+    with_params = [s for s in present if _has_implied_values(configs[s])]
     implied = implied_values(with_params, root, n=implied_n, seed=seed) if with_params else {}
     rows = []
     for g in groups:
