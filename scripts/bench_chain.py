@@ -6,7 +6,8 @@ Both runs use temporary results roots (the repository's ``results/`` is never to
   started, and per step (01..06) the summed papermill durations of the executed notebooks;
 * plain loop: the code cells of the same notebooks, with the same parameters (read from
   ``make -n reproduce``, so they are the Makefile's), executed in this one Python process in make's
-  order, without papermill or a kernel; wall and CPU seconds per step.
+  order, without papermill or a kernel; wall and CPU seconds per step (06's CPU seconds leave out its figure
+  writer's second process, ``vrr.report.FigureWriter``).
 
 The ratio chain / plain loop is what the notebook design costs (kernel start-up, papermill, writing
 the executed notebooks, and -j2 scheduling).
