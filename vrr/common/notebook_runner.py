@@ -254,7 +254,7 @@ def run_notebook_chains(chains: Sequence[Sequence[NotebookRun]], jobs: int = 1,
 
     def start_kernel(km):
         run_sync(km.start_kernel)(cwd=str(cwd or REPO_ROOT), extra_arguments=list(KERNEL_ARGUMENTS),
-                        preexec_fn=death_signal_preexec(signal.SIGKILL, os.getpid()))
+                                  preexec_fn=death_signal_preexec(signal.SIGKILL, os.getpid()))
 
     def execute_chains(i: int):
         # Runs in a worker thread: nbclient's own SIGTERM handler (installed only from the main thread)
