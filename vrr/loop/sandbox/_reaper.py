@@ -81,6 +81,23 @@ def _cgroup_pids(folder: Path) -> list[int]:
         return []
 
 
+# A guard against a cgroup that never empties, not a measure of speed: a killed process leaves its cgroup only
+# once the kernel has reaped it, which on a busy machine can take seconds; the loops below wait for that event.
+CLEANUP_PATIENCE = 300.0
+
+
+def _until(done, patience: float = CLEANUP_PATIENCE) -> bool:
+    """Call ``done`` until it returns True (then True) or ``patience`` seconds have passed (then False), sleeping
+    5 ms at first, doubling to 100 ms."""
+    end, delay = time.monotonic() + patience, 0.005
+    while not done():
+        if time.monotonic() > end:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+    return True
+
+
 def kill_cgroup(folder: Path) -> None:
     """Kill every process of one cgroup folder: ``cgroup.kill`` (v2), then SIGKILL to whatever is listed
     until it is empty (v1, or a process that forked meanwhile)."""
@@ -90,28 +107,31 @@ def kill_cgroup(folder: Path) -> None:
             kill.write_text("1")
         except OSError:
             pass
-    for _ in range(200):
+
+    def emptied() -> bool:
         pids = _cgroup_pids(folder)
-        if not pids:
-            return
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        time.sleep(0.01)
+        return not pids
+
+    _until(emptied)
 
 
 def remove_cgroup(folder: Path) -> None:
-    """Remove one cgroup folder once its processes have exited (a killed process leaves it in a moment)."""
-    for _ in range(500):
+    """Remove one cgroup folder once its processes have exited (a killed process leaves it once reaped)."""
+    def removed() -> bool:
         try:
             folder.rmdir()
-            return
         except FileNotFoundError:
-            return
+            pass
         except OSError:
-            time.sleep(0.01)
+            return False
+        return True
+
+    _until(removed)
 
 
 def kill_launcher_group(folder: Path) -> None:
