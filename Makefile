@@ -164,8 +164,8 @@ step_args = $(if $(filter 01_generate,$(1)),$(if $(N),-p n $(N)))$(if $(filter 0
 setting_notebooks = $(foreach s,$(STEP_NOTEBOOKS),$(RESULTS)/$(1)/$(s).ipynb)
 # make -jN: N kernels; make -j (no limit): one per core; make: one
 make_jobs = $(if $(filter -j,$(MAKEFLAGS)),$(shell nproc),$(or $(patsubst -j%,%,$(filter -j%,$(MAKEFLAGS))),1))
-# make -j starts the settings in this order: the ones with ablations (the longest 05) first, so that no
-# long setting starts last and runs alone (the order of SETTINGS, which 06 reports in, is unchanged)
+# the runner's kernels take the settings in this order: the ones with ablations (the longest 05) first, so that
+# no long setting starts last and runs alone (the order of SETTINGS, which 06 reports in, is unchanged)
 ABLATION_SETTINGS := $(patsubst settings/%.yaml,%,$(shell grep -l '^ablations: *true' settings/*.yaml))
 CHAIN_ORDER = $(filter $(ABLATION_SETTINGS),$(SETTINGS)) $(filter-out $(ABLATION_SETTINGS),$(SETTINGS))
 CHAIN_NOTEBOOKS = $(foreach s,$(CHAIN_ORDER),$(call setting_notebooks,$(s)))

@@ -8,7 +8,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import yaml
 
@@ -146,11 +146,6 @@ def remove_stale_runner_folders(folders: Sequence[Path]) -> list[Path]:
                 print(f"vrr notebook: removed {folder / name}, left by runner process {m[1]}, which was killed",
                       file=sys.stderr, flush=True)
     return removed
-
-
-def run_notebooks(runs: Sequence[NotebookRun], cwd: str | os.PathLike | None = None) -> int:
-    """Execute notebooks in order with papermill, in one kernel (:func:`run_notebook_chains` with one chain)."""
-    return run_notebook_chains([list(runs)], jobs=1, cwd=cwd)
 
 
 def _run_log(chains: Sequence[Sequence[NotebookRun]]) -> Path:
@@ -347,9 +342,3 @@ def run_notebook_chains(chains: Sequence[Sequence[NotebookRun]], jobs: int = 1,
         log.unlink(missing_ok=True)
     remove_scratch()
     return status
-
-
-def run_notebook(notebook: str | os.PathLike, output: str | os.PathLike, parameters: dict[str, Any],
-                 cwd: str | os.PathLike | None = None) -> int:
-    """Execute one notebook with papermill (:func:`run_notebooks` with a single run)."""
-    return run_notebooks([NotebookRun(Path(notebook), Path(output), dict(parameters))], cwd=cwd)

@@ -180,11 +180,9 @@ class FigureWriter:
 def _figure_worker_start(parent: int) -> None:
     import signal
 
-    from ..common.processes import set_death_signal
+    from ..common.processes import death_signal_preexec
 
-    set_death_signal(signal.SIGKILL)
-    if os.getppid() != parent:   # the parent died before the prctl took effect
-        os._exit(1)
+    death_signal_preexec(signal.SIGKILL, parent)()   # and gone at once if the parent already is
     _pyplot()
 
 
